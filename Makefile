@@ -1,0 +1,33 @@
+# The two commands of the README:
+#   make study   set up and run the default study (results/report/index.html)
+#   make test    set up and run lint + the whole test suite (what CI runs)
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: study test lint setup clean
+
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements-dev.txt
+	$(BIN)/pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+study: $(STAMP)
+	$(BIN)/snakemake --cores 1
+
+lint: $(STAMP)
+	$(BIN)/ruff check workflow tests benchmarks
+	$(BIN)/snakefmt --check Snakefile workflow/rules
+	$(BIN)/snakemake --lint
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest -v
+
+clean:
+	rm -rf results logs .snakemake

@@ -1,0 +1,35 @@
+# lorabench: what multi-LoRA serving costs on real inference engines.
+#
+# results/ layout (one folder per stage, one separator "/" in paths):
+#   results/model/weights/              base model (synthetic or a link to real weights) + manifest.json beside it
+#   results/adapters/{adapter}/         PEFT adapter files; results/adapters/{adapter}.json its manifest
+#   results/envs/{engine}.json          engine environment: python, version, pip freeze (results/envs/{engine}.freeze.txt)
+#   results/workload/requests.json      the request set, generated once with its seed
+#   results/servers/{server}/           per server job: records.jsonl (per request), measurements.jsonl,
+#                                       metrics.jsonl, facts.json, server.log
+#   results/runtime_load/{server}/      runtime adapter loading: load.json, records.jsonl, server.log
+#   results/summary/                    tidy CSV tables (measurements, summary, server facts) + summary.json
+#   results/claims/verdicts.json        every claim with its computed verdict
+#   results/report/index.html           the report (plots beside it)
+#   results/bundle/{study}.tar.gz       archive with checksums and provenance
+# logs/ mirrors the rules; every rule has a log.
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/artifacts.smk"
+include: "workflow/rules/engines.smk"
+include: "workflow/rules/measure.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        all_targets(),
+    default_target: True

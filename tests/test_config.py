@@ -1,0 +1,71 @@
+"""A config with an unknown key, a wrong type or a dangling reference stops before any job, naming the key."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lorabench.config import ConfigError, load_and_check
+
+from .conftest import ROOT
+
+DEFAULT = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+
+
+def check(cfg):
+    import os
+
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        return load_and_check(cfg)
+    finally:
+        os.chdir(cwd)
+
+
+def test_default_config_is_valid_and_defaults_are_filled():
+    cfg = check(copy.deepcopy(DEFAULT))
+    assert cfg["servers"]["lora-2"]["env"] == {}
+    assert cfg["conditions"]["ab"]["assignment"] == "cycle"
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda c: c.update(repetitons=3), "repetitons"),
+        (lambda c: c["servers"]["lora-2"].update(max_lora=2), "servers.lora-2.max_lora"),
+        (lambda c: c.update(repetitions="five"), "repetitions: 'five' is not of type 'integer'"),
+        (lambda c: c["adapters"]["a"].update(rank="8"), "adapters.a.rank"),
+        (lambda c: c["servers"]["lora-2"].update(engine="vllm-gpu"), "servers.lora-2.engine"),
+        (lambda c: c["servers"]["lora-off"].update(conditions=["base", "a"]), "servers.lora-off.conditions"),
+        (lambda c: c["conditions"]["ab"].update(adapters=["a", "zz"]), "conditions.ab.adapters"),
+        (lambda c: c["baseline"].update(server="nope"), "baseline.server"),
+        (lambda c: c["runtime_load"].update(adapter="zz"), "runtime_load.adapter"),
+        (lambda c: c["model"].update(path="/x"), "model: give exactly one"),
+    ],
+)
+def test_bad_config_names_the_key(mutate, expected):
+    cfg = copy.deepcopy(DEFAULT)
+    mutate(cfg)
+    with pytest.raises(ConfigError) as e:
+        check(cfg)
+    assert expected in str(e.value)
+
+
+def test_snakemake_stops_before_any_job(tmp_path: Path):
+    cfg = copy.deepcopy(DEFAULT)
+    cfg["servers"]["lora-2"]["max_lora"] = 2
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "snakemake"), "-n", "--configfile", str(bad), "--directory", str(ROOT)],
+        capture_output=True, text=True, cwd=ROOT,
+    )
+    assert proc.returncode != 0
+    assert "servers.lora-2.max_lora" in proc.stdout + proc.stderr
+    assert "Job stats" not in proc.stdout

@@ -1,0 +1,183 @@
+"""End to end on the default study with real vLLM (CPU build) servers, then what users do afterwards:
+nothing to redo, partial reruns after edits (planned job lists), bundles verified and re-rendered, and no server
+process left behind. The study runs once per session in a copy of the repository (slow: several minutes)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lorabench.bundle import render_from_bundle, verify_bundle
+from lorabench.io import read_json, read_jsonl
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.slow
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+ENV_ROOT = str(ROOT / ".lorabench" / "envs")  # engine venvs are shared: built once per machine
+
+
+def copy_repo(dest: Path) -> Path:
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for f in files:
+        src = ROOT / f
+        if src.is_file():
+            (dest / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / f)
+    return dest
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([SNAKEMAKE, "--cores", "1", "--config", f"env_root={ENV_ROOT}", *args], cwd=workdir,
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {args} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def planned(workdir: Path, *args: str) -> dict[str, int]:
+    """Job name -> count that `snakemake -n` plans."""
+    out = snakemake(workdir, "-n", *args).stdout
+    if "Nothing to be done" in out:
+        return {}
+    table = out.split("Job stats:")[1].split("total")[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+
+
+def server_processes(marker: str) -> list[str]:
+    """Command lines of live processes that mention ``marker`` (the study folder)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            try:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if marker in cmd and "vllm" in cmd:
+                found.append(cmd)
+    return found
+
+
+@pytest.fixture(scope="session")
+def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = copy_repo(tmp_path_factory.mktemp("study"))
+    snakemake(work)
+    return work
+
+
+def test_report_has_every_row_measured(study: Path):
+    html = (study / "results/report/index.html").read_text()
+    summary = read_json(study / "results/summary/summary.json")
+    cfg = yaml.safe_load((study / "config/config.yaml").read_text())
+    for sid, srv in cfg["servers"].items():
+        for cond in srv["conditions"]:
+            for burst in cfg["bursts"]:
+                row = next(r for r in summary["rows"] if (r["server"], r["condition"], r["burst"]) == (sid, cond, burst))
+                assert f'id="row-{sid}-{cond}-{burst}"' in html
+                if cfg["engines"][srv["engine"]].get("requires_gpu"):
+                    assert row["status"] == "not run: needs a GPU" and row.get("throughput_median") is None
+                else:
+                    assert row["status"] == "ok", row
+                    assert row["throughput_n"] == cfg["repetitions"]
+                    assert row["throughput_median"] > 0 and row["request_errors"] == 0
+    assert "not run: needs a GPU" in html
+
+
+def test_records_come_from_real_requests(study: Path):
+    recs = list(read_jsonl(study / "results/servers/lora-2/records.jsonl"))
+    assert recs and all(r["status"] == 200 and r["completion_tokens"] == 32 for r in recs)
+    assert {r["model"] for r in recs} == {"tiny-qwen3", "a", "b", "c"}
+    facts = read_json(study / "results/servers/lora-2/facts.json")
+    assert facts["engine_version"] == "0.32.0" and facts["readiness_s"] > 0
+    assert facts["log"]["kv_cache_tokens"] > 0
+    assert facts["probes"]["wrong_model_status"] == 404 and facts["probes"]["models_listed_ok"]
+
+
+def test_runtime_load_measured(study: Path):
+    load = read_json(study / "results/runtime_load/lora-2/load.json")
+    assert load["status"] == "ok" and load["load_ok"] and load["unlisted_path_refused"]
+    assert all(c["request_after_unload_status"] == 404 for c in load["cycles"])
+    assert load["max_cpu_loras_probe"]["refused"]
+
+
+def test_no_server_survives_the_run(study: Path):
+    assert server_processes(str(study)) == []
+    assert not list(study.glob("results/**/*.pid"))
+
+
+def test_nothing_to_do_after_a_complete_run(study: Path):
+    assert planned(study) == {}
+
+
+def test_bundle_verifies_and_rerenders(study: Path, tmp_path: Path):
+    bundle = study / "results/bundle/cpu-default.tar.gz"
+    assert verify_bundle(bundle) == []
+    html = render_from_bundle(bundle, tmp_path / "re")
+    assert "lorabench report" in html.read_text()
+    # One modified file: verification fails naming it.
+    bad = tmp_path / "bad.tar.gz"
+    with tarfile.open(bundle) as src, tarfile.open(bad, "w:gz") as dst:
+        for m in src.getmembers():
+            data = src.extractfile(m).read()
+            if m.name.endswith("results/summary/summary.csv"):
+                data = data.replace(b",", b";", 1)
+                m.size = len(data)
+            import io
+
+            dst.addfile(m, io.BytesIO(data))
+    assert verify_bundle(bad) == ["modified: results/summary/summary.csv"]
+    cli = subprocess.run([sys.executable, "-m", "lorabench.cli", "bundle", "verify", str(bad)], capture_output=True,
+                         text=True)
+    assert cli.returncode == 1 and "results/summary/summary.csv" in cli.stderr
+
+
+def edited_copy(study: Path, dest: Path, edit) -> Path:
+    """A copy of the finished study (results and snakemake's metadata included) with one edit applied."""
+    shutil.copytree(study, dest, symlinks=True)
+    edit(dest)
+    return dest
+
+
+def test_engine_version_bump_plans_only_that_engine(study: Path, tmp_path: Path):
+    def bump(d: Path) -> None:
+        p = d / "config/config.yaml"
+        p.write_text(p.read_text().replace('version: "0.32.0"', 'version: "0.32.1"'))
+
+    jobs = planned(edited_copy(study, tmp_path / "w", bump))
+    assert jobs == {"engine_env": 1, "server_loadtest": 3, "runtime_load": 1, "summary_aggregate": 1,
+                    "claims_evaluate": 1, "report_render": 1, "bundle_archive": 1, "all": 1}
+
+
+def test_server_edit_plans_only_that_server(study: Path, tmp_path: Path):
+    def edit(d: Path) -> None:
+        p = d / "config/config.yaml"
+        text = p.read_text()
+        i = text.index("  lora-4:")
+        p.write_text(text[:i] + text[i:].replace("max_model_len: 512", "max_model_len: 384", 1))
+
+    jobs = planned(edited_copy(study, tmp_path / "w", edit))
+    assert jobs == {"server_loadtest": 1, "summary_aggregate": 1, "claims_evaluate": 1, "report_render": 1,
+                    "bundle_archive": 1, "all": 1}
+    out = snakemake(tmp_path / "w", "-n", "--list-changes", "params").stdout
+    assert "results/servers/lora-4/" in out and "results/servers/lora-2/" not in out
+
+
+def test_template_edit_plans_only_report_and_bundle(study: Path, tmp_path: Path):
+    def edit(d: Path) -> None:
+        p = d / "report/templates/report.html.j2"
+        p.write_text(p.read_text().replace("<h1>", "<h1 class='t'>"))
+
+    w = edited_copy(study, tmp_path / "w", edit)
+    assert planned(w) == {"report_render": 1, "bundle_archive": 1, "all": 1}
+    snakemake(w)
+    assert "<h1 class='t'>" in (w / "results/report/index.html").read_text()
+    assert server_processes(str(w)) == []

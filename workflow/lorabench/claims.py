@@ -1,0 +1,328 @@
+"""Claims cross-check: every registered claim is evaluated against this run's artifacts and measurements.
+
+Verdicts are computed, never written by hand:
+- ``reproduced``: comparable, and the measured figure satisfies the claim's rule;
+- ``direction only``: comparable, same sign as the claim but outside its tolerance;
+- ``contradicted``: comparable, and the rule fails (opposite direction, or a behaviour that does not hold);
+- ``not comparable``: the run differs in hardware or model size (said plainly, with our figure for reference),
+  or the claim is an external figure no run of ours measures;
+- ``not run``: the measurement the claim needs was not made here (and why).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .adapters import lora_parameter_count
+from .io import read_json, write_json
+
+log = logging.getLogger(__name__)
+
+VERDICTS = ("reproduced", "direction only", "contradicted", "not comparable", "not run")
+REFERENCE_ARCH = Path(__file__).resolve().parents[2] / "config" / "models" / "qwen3-1.7b.json"
+_METRIC_COLS = {
+    "throughput_tok_s": "throughput_median",
+    "itl_median_ms": "itl_median_ms",
+    "ttft_median_ms": "ttft_median_ms",
+    "latency_median_ms": "latency_median_ms",
+    "spread_pct": "throughput_spread_pct",
+}
+
+
+class Context:
+    """What the claims are evaluated against: summary rows, server facts, runtime loads, model and adapters."""
+
+    def __init__(self, summary: dict[str, Any], model: dict[str, Any], adapters: list[dict[str, Any]]):
+        self.summary = summary
+        self.rows: list[dict[str, Any]] = summary.get("rows", [])
+        self.facts: list[dict[str, Any]] = summary.get("facts", [])
+        self.raw_facts: dict[str, Any] = summary.get("server_facts_raw", {})
+        self.runtime: list[dict[str, Any]] = [r for r in summary.get("runtime", []) if r.get("status") == "ok"]
+        self.runtime_all: list[dict[str, Any]] = summary.get("runtime", [])
+        self.model = model
+        self.adapters = adapters
+        self.hardware = summary.get("hardware") or "cpu"
+        self.model_params = int(model.get("parameters") or 0)
+        self.bursts = sorted({r["burst"] for r in self.rows if r.get("burst") is not None})
+
+
+def _matches(row: dict[str, Any], sel: dict[str, Any], ignore_burst: bool = False) -> bool:
+    for k, v in sel.items():
+        if k == "burst" and ignore_burst:
+            continue
+        if row.get(k) != v:
+            return False
+    return True
+
+
+def select_row(ctx: Context, sel: dict[str, Any], allow_burst_fallback: bool) -> tuple[dict[str, Any] | None, str]:
+    """The measured row a selector names; with fallback, the largest measured burst when the exact one is absent.
+    Returns (row, note); row None with the reason in note."""
+    exact = [r for r in ctx.rows if _matches(r, sel)]
+    ok = [r for r in exact if r.get("status") == "ok" and r.get("throughput_median") is not None]
+    if ok:
+        return _pick(ok), ""
+    if exact:
+        return None, exact[0].get("status") or "not measured"
+    if allow_burst_fallback and "burst" in sel:
+        near = [r for r in ctx.rows if _matches(r, sel, ignore_burst=True) and r.get("status") == "ok"]
+        if near:
+            top = max(r["burst"] for r in near)
+            best = [r for r in near if r["burst"] == top]
+            return _pick(best), f"burst {sel['burst']} not in this study; burst {top} shown"
+        notrun = [r for r in ctx.rows if _matches(r, sel, ignore_burst=True)]
+        if notrun:
+            return None, notrun[0].get("status") or "not measured"
+    return None, f"no server/condition in this study matches {sel}"
+
+
+def _pick(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    # Several servers can match a loose selector (e.g. lora on, any max_loras): take the smallest max_loras,
+    # then the server id, so the choice is stable and visible in the evidence.
+    return sorted(rows, key=lambda r: (r.get("max_loras") or 0, r["server"]))[0]
+
+
+def _metric(row: dict[str, Any], metric: str) -> float | None:
+    v = row.get(_METRIC_COLS.get(metric, metric))
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def _evidence(row: dict[str, Any]) -> str:
+    return f"{row['server']}/{row['condition']}/{row['burst']}"
+
+
+def measure(claim: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, str, list[str]]:
+    """(measured value or None, note, evidence ids)."""
+    m = claim["measure"]
+    kind = m["kind"]
+    if kind == "none":
+        return None, m.get("reason", "external figure"), []
+    if kind == "ratio":
+        num, n1 = select_row(ctx, m["num"], fallback)
+        den, n2 = select_row(ctx, m["den"], fallback)
+        if num is None or den is None:
+            return None, n1 or n2, []
+        a, b = _metric(num, m["metric"]), _metric(den, m["metric"])
+        if a is None or b is None or b == 0:
+            return None, f"{m['metric']} missing", []
+        note = "; ".join(x for x in {n1, n2} if x)
+        return 100.0 * (a / b - 1), note, [_evidence(num), _evidence(den)]
+    if kind == "metric":
+        row, note = select_row(ctx, m["select"], fallback)
+        if row is None:
+            return None, note, []
+        return _metric(row, m["metric"]), note, [_evidence(row)]
+    if kind == "artifact":
+        return _artifact(m["key"], ctx)
+    if kind == "probe":
+        return _probe(m["probe"], ctx)
+    if kind == "server_fact":
+        return _server_fact(m["fact"], m.get("select", {}), ctx)
+    raise ValueError(f"claim {claim['id']}: unknown measure kind {kind!r}")
+
+
+def _artifact(key: str, ctx: Context) -> tuple[Any, str, list[str]]:
+    if key == "rank_consistency":
+        arch = json.loads(REFERENCE_ARCH.read_text())
+        targets = ["q_proj", "k_proj", "v_proj", "o_proj"]
+        ranks = [r for r in (4, 8, 16, 32, 64) if lora_parameter_count(arch, r, targets) == 3_211_264]
+        return (ranks[0] if ranks else None), (
+            "rank whose q/k/v/o LoRA on the Qwen3-1.7B architecture has 3,211,264 parameters "
+            f"(rank 16 would have {lora_parameter_count(arch, 16, targets):,})"), ["config/models/qwen3-1.7b.json"]
+    if not ctx.adapters:
+        return None, "no adapters built", []
+    a = ctx.adapters[0]
+    vals = {
+        "adapter_trainable_params": a["trainable_parameters"],
+        "base_params": ctx.model_params,
+        "adapter_share_pct": a["share_of_base_pct"],
+        "adapter_bf16_mb": a["bytes_bf16"] / 1e6,
+    }
+    if key not in vals:
+        raise ValueError(f"unknown artifact key {key!r}")
+    return vals[key], f"adapter {a['name']} (rank {a['rank']}, {','.join(a['target_modules'])})", [f"adapters/{a['name']}"]
+
+
+def _probe(name: str, ctx: Context) -> tuple[Any, str, list[str]]:
+    rt = ctx.runtime[0] if ctx.runtime else None
+    rt_reason = (ctx.runtime_all[0].get("status") if ctx.runtime_all else "no runtime_load in this study")
+    if name in ("wrong_model_rejected", "models_listed"):
+        key = "wrong_model_rejected" if name == "wrong_model_rejected" else "models_listed_ok"
+        vals = {s: f.get("probes", {}).get(key) for s, f in ctx.raw_facts.items() if f.get("status") == "ok"}
+        if not vals:
+            return None, "no server ran", []
+        detail = {s: f.get("probes", {}).get("wrong_model_status") for s, f in ctx.raw_facts.items()
+                  if f.get("status") == "ok"} if key == "wrong_model_rejected" else {}
+        return all(vals.values()), (f"HTTP status per server: {detail}" if detail else f"{len(vals)} servers"), \
+            [f"server:{s}" for s in vals]
+    if name == "cold_slower_than_resident":
+        if not rt:
+            return None, rt_reason, []
+        return rt["cold_slower_than_resident"], (
+            f"median latency cold {rt['cold_latency_ms_median']:.1f} ms vs resident {rt['resident_latency_ms_median']:.1f} ms "
+            f"(warmed new adapter {rt['warm_latency_ms_median']:.1f} ms)"), ["runtime_load"]
+    if name == "runtime_load_seconds":
+        if not rt:
+            return None, rt_reason, []
+        return rt["load_s_median"], f"median of {len(rt['cycles'])} load calls (HTTP round trip)", ["runtime_load"]
+    if name == "max_cpu_loras_below_max_loras_rejected":
+        if not rt or not rt.get("max_cpu_loras_probe"):
+            return None, rt_reason if not rt else "engine has no max_cpu_loras", []
+        p = rt["max_cpu_loras_probe"]
+        return p["refused"], f"max_loras {p['max_loras']}, max_cpu_loras {p['max_cpu_loras']}: {p['detail']}", ["runtime_load"]
+    if name == "readiness_seconds_lora_vs_off":
+        on = [f["readiness_s"] for f in ctx.facts if f.get("lora") and f.get("readiness_s")]
+        off = [f["readiness_s"] for f in ctx.facts if f.get("lora") is False and f.get("readiness_s")]
+        if not on or not off:
+            return None, "needs a LoRA-on and a LoRA-off server", []
+        a, b = statistics.median(on), statistics.median(off)
+        return a > b, f"median readiness LoRA on {a:.1f} s vs off {b:.1f} s", ["server_facts"]
+    if name == "first_measurement_low":
+        rows = [r for r in ctx.rows if r.get("lora") and r.get("condition") != "base" and r.get("status") == "ok"
+                and r.get("warmup_throughput") and r.get("throughput_min")]
+        if not rows:
+            return None, "no adapter rows measured", []
+        low = [r for r in rows if r["warmup_throughput"] < r["throughput_min"]]
+        return len(low) * 2 > len(rows), (
+            f"first (warm-up) burst below every measured repetition in {len(low)} of {len(rows)} adapter rows"), \
+            [_evidence(r) for r in low[:4]]
+    raise ValueError(f"unknown probe {name!r}")
+
+
+def _server_fact(fact: str, sel: dict[str, Any], ctx: Context) -> tuple[Any, str, list[str]]:
+    col = {"gpu_memory_mib": "gpu_mem_ready_mib", "readiness_s": "readiness_s",
+           "cuda_graph_captures": "cuda_graph_captures"}[fact]
+    rows = [f for f in ctx.facts if all(f.get(k) == v for k, v in sel.items() if k not in ("condition", "burst"))]
+    ran = [f for f in rows if f.get("status") == "ok"]
+    if not ran:
+        return None, (rows[0]["status"] if rows else f"no server matches {sel}"), []
+    vals = [f[col] for f in ran if f.get(col) is not None]
+    if not vals:
+        why = "no GPU on this machine" if fact == "gpu_memory_mib" and ctx.hardware == "cpu" else f"{col} not reported"
+        if fact == "cuda_graph_captures" and ctx.hardware == "cpu":
+            why = "no CUDA graphs on a CPU build"
+        return None, why, []
+    return statistics.median(vals), f"median over {len(vals)} server(s)", [f"server:{f['server']}" for f in ran]
+
+
+def comparability(claim: dict[str, Any], ctx: Context) -> str:
+    """'' when comparable, else the plain reason."""
+    scope = claim.get("scope") or {}
+    if claim["measure"]["kind"] == "none":
+        return "external figure from another system; nothing here measures it"
+    if claim["measure"]["kind"] == "artifact" and claim["measure"]["key"] == "rank_consistency":
+        return ""
+    reasons = []
+    if scope.get("hardware") == "gpu" and ctx.hardware != "gpu":
+        reasons.append(f"claim measured on a GPU ({(claim.get('context') or {}).get('hardware', 'GPU')}); this run: CPU")
+    mp = scope.get("model_params")
+    if mp and ctx.model_params and abs(ctx.model_params - mp) / mp > 0.01:
+        reasons.append(f"claim's model has {mp:,} parameters; this run's has {ctx.model_params:,}")
+    return "; ".join(reasons)
+
+
+def apply_rule(claim: dict[str, Any], value: Any) -> str:
+    rule = claim["rule"]
+    t = str(rule["type"])
+    c = claim["claimed"]
+    if t == "true":
+        return "reproduced" if bool(value) == bool(c.get("value", True)) else "contradicted"
+    if t == "equals":
+        return "reproduced" if value == c["value"] else "contradicted"
+    if t == "less_than":
+        return "reproduced" if value < rule["value"] else "contradicted"
+    if t == "greater_than":
+        return "reproduced" if value > rule["value"] else "contradicted"
+    tol = float(rule.get("tolerance", 0))
+    if t == "within":
+        target = float(c["value"])
+        if abs(value - target) <= tol:
+            return "reproduced"
+        return "direction only" if c.get("unit") == "pct" and value * target > 0 else "contradicted"
+    if t == "range":
+        lo, hi = float(c["low"]), float(c["high"])
+        if lo - tol <= value <= hi + tol:
+            return "reproduced"
+        mid = (lo + hi) / 2
+        return "direction only" if c.get("unit") == "pct" and value * mid > 0 else "contradicted"
+    raise ValueError(f"claim {claim['id']}: unknown rule type {t!r}")
+
+
+def evaluate(claims: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]:
+    out = []
+    for claim in claims:
+        reason = comparability(claim, ctx)
+        value, note, evidence = measure(claim, ctx, fallback=bool(reason))
+        rule_result = None if value is None else apply_rule(claim, value)
+        if claim["measure"]["kind"] == "none":
+            verdict = "not comparable"
+            why = f"{reason}: {note}"
+        elif value is None:
+            verdict = "not run"
+            why = note
+        elif reason:
+            verdict = "not comparable"
+            why = reason + (f". For reference, this run: {_fmt(value)} ({rule_result} under the claim's rule)"
+                            + (f"; {note}" if note else ""))
+        else:
+            verdict = rule_result or "not run"
+            why = note
+        out.append({
+            "id": claim["id"], "source": claim["source"], "section": str(claim["section"]),
+            "statement": claim["statement"], "claimed": claim["claimed"], "context": claim.get("context"),
+            "measure": claim["measure"], "rule": claim["rule"], "measured": value,
+            "measured_text": _fmt(value), "claimed_text": _fmt_claim(claim["claimed"]),
+            "rule_result": rule_result, "verdict": verdict, "why": why, "evidence": evidence,
+        })
+    return out
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.3f}" if abs(v) < 1 else f"{v:,.1f}"
+    return str(v)
+
+
+def _fmt_claim(c: dict[str, Any]) -> str:
+    unit = {"pct": "%", "tok_s": " tok/s", "ms": " ms", "s": " s", "MiB": " MiB", "MB": " MB"}.get(c.get("unit"), "")
+    if "low" in c:
+        return f"{_fmt(c['low'])} to {_fmt(c['high'])}{unit}"
+    return f"{_fmt(c.get('value'))}{unit}"
+
+
+def load_claims(path: str | Path) -> list[dict[str, Any]]:
+    data = yaml.safe_load(Path(path).read_text())
+    claims = data["claims"]
+    ids = [c["id"] for c in claims]
+    dup = {i for i in ids if ids.count(i) > 1}
+    if dup:
+        raise ValueError(f"{path}: duplicate claim ids {sorted(dup)}")
+    for c in claims:
+        for key in ("id", "source", "section", "statement", "claimed", "measure", "rule"):
+            if key not in c:
+                raise ValueError(f"{path}: claim {c.get('id', '?')} lacks '{key}'")
+    return claims
+
+
+def evaluate_file(claims_path: str, summary_path: str, model_path: str, adapter_paths: list[str],
+                  out_path: str) -> list[dict[str, Any]]:
+    ctx = Context(read_json(summary_path), read_json(model_path), [read_json(p) for p in adapter_paths])
+    results = evaluate(load_claims(claims_path), ctx)
+    counts = {v: sum(r["verdict"] == v for r in results) for v in VERDICTS}
+    write_json(out_path, {"hardware": ctx.hardware, "model_params": ctx.model_params, "counts": counts,
+                          "claims": results})
+    log.info("claims: %s", ", ".join(f"{k} {v}" for k, v in counts.items()))
+    return results

@@ -1,0 +1,63 @@
+"""Command line: ``lorabench bundle verify|render``, ``lorabench job loadtest SPEC.json`` (a server job without
+Snakemake, e.g. on a GPU box), ``lorabench check-config CONFIG``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .io import setup_job_logging
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="lorabench")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("bundle", help="verify a bundle or re-render its report")
+    b.add_argument("action", choices=["verify", "render"])
+    b.add_argument("bundle", type=Path)
+    b.add_argument("--out", type=Path, default=Path("rerendered"), help="folder for the re-rendered report")
+    c = sub.add_parser("check-config", help="validate a study config and exit")
+    c.add_argument("config", type=Path)
+    j = sub.add_parser("job", help="run one job from a JSON spec")
+    j.add_argument("kind", choices=["loadtest"])
+    j.add_argument("spec", type=Path)
+    j.add_argument("--log", type=Path)
+    args = ap.parse_args(argv)
+
+    if args.cmd == "bundle":
+        from .bundle import render_from_bundle, verify_bundle
+
+        problems = verify_bundle(args.bundle)
+        if problems:
+            print(f"{args.bundle}: FAILED", file=sys.stderr)
+            for p in problems:
+                print(f"  {p}", file=sys.stderr)
+            return 1
+        print(f"{args.bundle}: OK (every checksum matches)")
+        if args.action == "render":
+            setup_job_logging(None)
+            print(render_from_bundle(args.bundle, args.out))
+        return 0
+    if args.cmd == "check-config":
+        from .config import ConfigError, load_file
+
+        try:
+            load_file(args.config)
+        except ConfigError as e:
+            print(f"{args.config}: {e}", file=sys.stderr)
+            return 2
+        print(f"{args.config}: OK")
+        return 0
+    if args.cmd == "job":
+        from .loadtest import LoadtestJob, run_loadtest
+
+        setup_job_logging(args.log)
+        run_loadtest(LoadtestJob.from_dict(json.loads(args.spec.read_text())))
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

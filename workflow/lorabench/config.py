@@ -1,0 +1,144 @@
+"""Study configuration: schema validation (with defaults) and the cross-references a schema cannot express.
+
+Errors name the offending key (``servers.lora-2.engine``) so a user can fix the file without reading code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    """A study configuration that cannot run; the message names the key."""
+
+
+def _path_of(err: jsonschema.ValidationError) -> str:
+    return ".".join(str(p) for p in err.absolute_path) or "(top level)"
+
+
+def _fill_defaults(validator_cls: type[Any]) -> type[Any]:
+    validate_props = validator_cls.VALIDATORS["properties"]
+
+    def set_defaults(validator: Any, properties: dict[str, Any], instance: Any, schema: dict[str, Any]) -> Any:
+        if isinstance(instance, dict):
+            for prop, sub in properties.items():
+                if "default" in sub and prop not in instance:
+                    instance[prop] = json.loads(json.dumps(sub["default"]))
+        yield from validate_props(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_cls, {"properties": set_defaults})
+
+
+def validate_schema(config: dict[str, Any]) -> None:
+    """Check types and keys against the schema and fill defaults in place."""
+    schema = yaml.safe_load(SCHEMA.read_text())
+    validator = _fill_defaults(jsonschema.Draft202012Validator)(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = []
+        for e in errors[:10]:
+            if e.validator == "additionalProperties":
+                extra = sorted(set(e.instance) - set(e.schema.get("properties", {})))
+                where = _path_of(e)
+                keys = ", ".join(f"{where}.{k}" if where != "(top level)" else k for k in extra)
+                lines.append(f"unknown key(s): {keys}")
+            else:
+                lines.append(f"{_path_of(e)}: {e.message}")
+        raise ConfigError("invalid config:\n  " + "\n  ".join(lines))
+
+
+def check_references(config: dict[str, Any]) -> None:
+    """Cross-references: every name a key points to must exist."""
+    model = config["model"]
+    if bool(model.get("architecture")) == bool(model.get("path")):
+        raise ConfigError("model: give exactly one of 'architecture' (synthetic weights) or 'path' (real weights)")
+    adapters = set(config["adapters"])
+    for cname, cond in config["conditions"].items():
+        for a in cond["adapters"]:
+            if a != "base" and a not in adapters:
+                raise ConfigError(f"conditions.{cname}.adapters: unknown adapter {a!r} (known: {sorted(adapters)})")
+    for sid, srv in config["servers"].items():
+        if srv["engine"] not in config["engines"]:
+            raise ConfigError(f"servers.{sid}.engine: unknown engine {srv['engine']!r} (known: {sorted(config['engines'])})")
+        for c in srv["conditions"]:
+            if c not in config["conditions"]:
+                raise ConfigError(f"servers.{sid}.conditions: unknown condition {c!r}")
+            uses = {a for a in config["conditions"][c]["adapters"] if a != "base"}
+            if uses and not srv["lora"]:
+                raise ConfigError(f"servers.{sid}.conditions: {c!r} uses adapters but lora is false")
+            missing = uses - set(server_adapters(config, sid))
+            if missing:
+                raise ConfigError(f"servers.{sid}.conditions: {c!r} uses adapters not loaded: {sorted(missing)}")
+        for a in srv.get("adapters", []):
+            if a not in adapters:
+                raise ConfigError(f"servers.{sid}.adapters: unknown adapter {a!r}")
+        if not srv["lora"]:
+            for key in ("max_loras", "max_cpu_loras", "max_lora_rank", "adapters"):
+                if key in srv:
+                    raise ConfigError(f"servers.{sid}.{key}: only meaningful with lora: true")
+    for eid, eng in config["engines"].items():
+        if not eng.get("requirements") and not eng.get("existing"):
+            raise ConfigError(f"engines.{eid}: give 'requirements' (pinned venv) or 'existing' (installed python)")
+        if eng.get("requirements") and not Path(eng["requirements"]).exists():
+            raise ConfigError(f"engines.{eid}.requirements: file {eng['requirements']} not found")
+    base = config.get("baseline")
+    if base:
+        if base["server"] not in config["servers"]:
+            raise ConfigError(f"baseline.server: unknown server {base['server']!r}")
+        if base["condition"] not in config["servers"][base["server"]]["conditions"]:
+            raise ConfigError(f"baseline.condition: {base['condition']!r} is not measured on {base['server']!r}")
+    rl = config.get("runtime_load")
+    if rl:
+        if rl["server"] not in config["servers"]:
+            raise ConfigError(f"runtime_load.server: unknown server {rl['server']!r}")
+        if not config["servers"][rl["server"]]["lora"]:
+            raise ConfigError(f"runtime_load.server: {rl['server']!r} has lora: false")
+        if rl["adapter"] not in adapters:
+            raise ConfigError(f"runtime_load.adapter: unknown adapter {rl['adapter']!r}")
+    if model.get("architecture") and not Path(model["architecture"]).exists():
+        raise ConfigError(f"model.architecture: file {model['architecture']} not found")
+    if not Path(config["claims"]).exists():
+        raise ConfigError(f"claims: file {config['claims']} not found")
+
+
+def load_and_check(config: dict[str, Any]) -> dict[str, Any]:
+    validate_schema(config)
+    check_references(config)
+    return config
+
+
+def load_file(path: str | Path) -> dict[str, Any]:
+    with open(path) as f:
+        return load_and_check(yaml.safe_load(f))
+
+
+def server_adapters(config: dict[str, Any], server_id: str) -> list[str]:
+    srv = config["servers"][server_id]
+    if not srv["lora"]:
+        return []
+    return sorted(srv.get("adapters") or config["adapters"])
+
+
+def detect_hardware() -> str:
+    """'gpu' where nvidia-smi lists a GPU, else 'cpu'."""
+    if not shutil.which("nvidia-smi"):
+        return "cpu"
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "cpu"
+    return "gpu" if "GPU" in out else "cpu"
+
+
+def stable_hash(obj: Any, n: int = 10) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:n]

@@ -1,0 +1,11 @@
+"""Engines behind one small interface, registered by name (``get_engine('vllm')``).
+
+Adding an engine means adding one module that subclasses :class:`~lorabench.engines.base.Engine` and decorates
+it with :func:`~lorabench.engines.base.register`, and importing it here.
+"""
+
+from .base import Engine, ServerSpec, get_engine, registered_engines
+from . import sglang as _sglang  # noqa: F401  (registers "sglang")
+from . import vllm as _vllm  # noqa: F401  (registers "vllm")
+
+__all__ = ["Engine", "ServerSpec", "get_engine", "registered_engines"]

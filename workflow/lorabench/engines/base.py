@@ -1,0 +1,127 @@
+"""The engine interface: command line, adapter naming, readiness, runtime adapter loading, logs and metrics."""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+_REGISTRY: dict[str, type[Engine]] = {}
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """Everything one server configuration needs to start, in plain values (also what the job depends on)."""
+
+    server_id: str
+    engine: str  # registered engine kind, e.g. "vllm"
+    python: str  # interpreter of the engine's environment
+    env: dict[str, str]  # extra environment variables for the server process only
+    model_path: str
+    served_name: str
+    lora: bool
+    adapters: dict[str, str]  # adapter name -> path, loaded at start-up
+    max_loras: int | None = None
+    max_cpu_loras: int | None = None
+    max_lora_rank: int | None = None
+    runtime_lora: bool = False  # allow runtime load/unload
+    args: dict[str, Any] = field(default_factory=dict)  # further engine flags, key without leading dashes
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def flags_from_args(args: dict[str, Any]) -> list[str]:
+    """Turn ``{"max_model_len": 512, "enforce_eager": true}`` into engine flags (sorted, booleans as switches)."""
+    out: list[str] = []
+    for key in sorted(args):
+        value = args[key]
+        if value is None or value is False:
+            continue
+        if value is True:
+            out.append(_flag(key))
+        elif isinstance(value, list):
+            out += [_flag(key), *(str(v) for v in value)]
+        else:
+            out += [_flag(key), str(value)]
+    return out
+
+
+class Engine(ABC):
+    """One inference engine. Implementations hold no state; every method is a pure function of its inputs."""
+
+    name: ClassVar[str]
+    ready_path: ClassVar[str] = "/v1/models"
+    metrics_path: ClassVar[str] = "/metrics"
+    # Prometheus metric names worth sampling during a measurement (prefix match).
+    metric_prefixes: ClassVar[tuple[str, ...]] = ()
+
+    @abstractmethod
+    def command(self, spec: ServerSpec, host: str, port: int) -> list[str]:
+        """The server's argv (no shell)."""
+
+    def environment(self, spec: ServerSpec) -> dict[str, str]:
+        """Environment variables the engine needs on top of the spec's own."""
+        return {}
+
+    @abstractmethod
+    def request_model(self, spec: ServerSpec, adapter: str | None) -> str:
+        """The ``model`` field of a request that should use ``adapter`` (None or "base" for the base model)."""
+
+    @abstractmethod
+    def load_adapter_request(self, name: str, path: str) -> tuple[str, dict[str, Any]]:
+        """(path, JSON body) of the runtime adapter-load call."""
+
+    @abstractmethod
+    def unload_adapter_request(self, name: str) -> tuple[str, dict[str, Any]]:
+        """(path, JSON body) of the runtime adapter-unload call."""
+
+    @abstractmethod
+    def version_code(self) -> str:
+        """Python code that prints the engine's version when run with the engine's interpreter."""
+
+    def parse_log(self, text: str) -> dict[str, Any]:
+        """Server facts read from the engine's log: KV-cache capacity, graph captures, attention backend."""
+        return {}
+
+    def check(self, spec: ServerSpec) -> None:
+        """Reject a configuration the engine would refuse, naming the key, before a server starts."""
+        if spec.lora and not spec.adapters and not spec.runtime_lora:
+            raise ValueError(f"servers.{spec.server_id}: lora is on but no adapters are listed")
+        if not spec.lora and spec.adapters:
+            raise ValueError(f"servers.{spec.server_id}: adapters given but lora is off")
+
+
+def register(cls: type[Engine]) -> type[Engine]:
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def get_engine(name: str) -> Engine:
+    try:
+        return _REGISTRY[name]()
+    except KeyError:
+        raise KeyError(f"unknown engine kind {name!r}; registered: {sorted(_REGISTRY)}") from None
+
+
+def registered_engines() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def first_match(pattern: str, text: str, cast: type = str) -> Any:
+    m = re.search(pattern, text)
+    if not m:
+        return None
+    try:
+        return cast(m.group(1).replace(",", ""))
+    except ValueError:
+        return None
+
+
+def adapter_path_allowed(path: str, allowed: dict[str, str]) -> bool:
+    """Runtime loads are restricted to adapters the pipeline built or the config lists."""
+    resolved = str(Path(path).resolve())
+    return any(resolved == str(Path(p).resolve()) for p in allowed.values())

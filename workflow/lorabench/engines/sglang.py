@@ -1,0 +1,81 @@
+"""SGLang: server flags, adapter naming, runtime LoRA API and log facts.
+
+Flags follow SGLang's ``ServerArgs`` (``sglang/srt/server_args.py``): ``--model-path``, ``--enable-lora``,
+``--lora-paths name=path``, ``--max-loras-per-batch`` (distinct adapters in one batch), ``--max-lora-rank``,
+``--lora-target-modules``. Its OpenAI endpoint selects an adapter with ``"model": "BASE:ADAPTER"`` (split on the
+first colon). Runtime loading uses ``/load_lora_adapter``. SGLang needs a GPU.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .base import Engine, ServerSpec, first_match, flags_from_args, register
+
+
+@register
+class SGLang(Engine):
+    name = "sglang"
+    ready_path = "/v1/models"
+    metric_prefixes = (
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+        "sglang:token_usage",
+        "sglang:lora",
+    )
+
+    def command(self, spec: ServerSpec, host: str, port: int) -> list[str]:
+        argv = [
+            spec.python, "-m", "sglang.launch_server",
+            "--model-path", spec.model_path,
+            "--served-model-name", spec.served_name,
+            "--host", host, "--port", str(port),
+            "--enable-metrics",
+        ]
+        if spec.lora:
+            argv.append("--enable-lora")
+            if spec.max_loras is not None:
+                argv += ["--max-loras-per-batch", str(spec.max_loras)]
+            if spec.max_lora_rank is not None:
+                argv += ["--max-lora-rank", str(spec.max_lora_rank)]
+            if spec.adapters:
+                argv += ["--lora-paths", *(f"{n}={p}" for n, p in sorted(spec.adapters.items()))]
+        return argv + flags_from_args(spec.args)
+
+    def environment(self, spec: ServerSpec) -> dict[str, str]:
+        return {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1"}
+
+    def request_model(self, spec: ServerSpec, adapter: str | None) -> str:
+        return spec.served_name if adapter in (None, "base") else f"{spec.served_name}:{adapter}"
+
+    def load_adapter_request(self, name: str, path: str) -> tuple[str, dict[str, Any]]:
+        return "/load_lora_adapter", {"lora_name": name, "lora_path": path}
+
+    def unload_adapter_request(self, name: str) -> tuple[str, dict[str, Any]]:
+        return "/unload_lora_adapter", {"lora_name": name}
+
+    def version_code(self) -> str:
+        return "import sglang; print(sglang.__version__)"
+
+    def check(self, spec: ServerSpec) -> None:
+        super().check(spec)
+        if spec.max_cpu_loras is not None:
+            raise ValueError(f"servers.{spec.server_id}: max_cpu_loras is a vLLM setting; SGLang has none")
+        if spec.lora and ":" in spec.served_name:
+            raise ValueError(f"servers.{spec.server_id}: served name may not contain ':' (SGLang adapter syntax)")
+
+    def parse_log(self, text: str) -> dict[str, Any]:
+        bs = first_match(r"Capture cuda graph bs \[([\d, ]+)\]", text)
+        queue = [int(x) for x in re.findall(r"#queue-req: (\d+)", text)]
+        running = [int(x) for x in re.findall(r"#running-req: (\d+)", text)]
+        return {
+            "engine_version": first_match(r"sglang[ =](\d+\.\d+\.\d+\S*)", text),
+            "kv_cache_tokens": first_match(r"KV Cache is allocated\. #tokens: ([\d,]+)", text, int),
+            "attention_backend": first_match(r"attention_backend='([^']+)'", text),
+            "lora_backend": first_match(r"lora_backend='([^']+)'", text),
+            "cuda_graph_captures": len(bs.split(",")) if bs else None,
+            "graph_capture_s": first_match(r"Capture cuda graph end\. Time elapsed: ([\d.]+) s", text, float),
+            "max_queue_reqs_logged": max(queue) if queue else None,
+            "max_running_reqs_logged": max(running) if running else None,
+        }

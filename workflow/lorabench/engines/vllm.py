@@ -1,0 +1,97 @@
+"""vLLM (CUDA and CPU builds): OpenAI server flags, adapter naming, runtime LoRA API and log facts.
+
+Flags follow vLLM's own CLI (``vllm/engine/arg_utils.py``): ``--enable-lora``, ``--lora-modules name=path``,
+``--max-loras`` (distinct adapters in one batch), ``--max-cpu-loras`` (adapter cache on the host, at least
+``--max-loras``), ``--max-lora-rank``. A request selects an adapter by putting its name in ``model``.
+Runtime loading needs ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` and uses ``/v1/load_lora_adapter``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .base import Engine, ServerSpec, first_match, flags_from_args, register
+
+
+@register
+class VLLM(Engine):
+    name = "vllm"
+    ready_path = "/v1/models"
+    metric_prefixes = (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:lora_requests_info",
+        "vllm:kv_cache_usage_perc",
+        "vllm:num_preemptions",
+    )
+
+    def command(self, spec: ServerSpec, host: str, port: int) -> list[str]:
+        argv = [
+            spec.python, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", spec.model_path,
+            "--served-model-name", spec.served_name,
+            "--host", host, "--port", str(port),
+        ]
+        if spec.lora:
+            argv.append("--enable-lora")
+            if spec.max_loras is not None:
+                argv += ["--max-loras", str(spec.max_loras)]
+            if spec.max_cpu_loras is not None:
+                argv += ["--max-cpu-loras", str(spec.max_cpu_loras)]
+            if spec.max_lora_rank is not None:
+                argv += ["--max-lora-rank", str(spec.max_lora_rank)]
+            if spec.adapters:
+                argv += ["--lora-modules", *(f"{n}={p}" for n, p in sorted(spec.adapters.items()))]
+        return argv + flags_from_args(spec.args)
+
+    def environment(self, spec: ServerSpec) -> dict[str, str]:
+        env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        if spec.runtime_lora:
+            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        return env
+
+    def request_model(self, spec: ServerSpec, adapter: str | None) -> str:
+        return spec.served_name if adapter in (None, "base") else adapter
+
+    def load_adapter_request(self, name: str, path: str) -> tuple[str, dict[str, Any]]:
+        return "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}
+
+    def unload_adapter_request(self, name: str) -> tuple[str, dict[str, Any]]:
+        return "/v1/unload_lora_adapter", {"lora_name": name}
+
+    def version_code(self) -> str:
+        return "import vllm; print(vllm.__version__)"
+
+    def check(self, spec: ServerSpec) -> None:
+        super().check(spec)
+        if spec.lora and spec.max_cpu_loras is not None and spec.max_loras is not None:
+            if spec.max_cpu_loras < spec.max_loras:
+                raise ValueError(
+                    f"servers.{spec.server_id}: max_cpu_loras ({spec.max_cpu_loras}) must be at least "
+                    f"max_loras ({spec.max_loras})"
+                )
+
+    def parse_log(self, text: str) -> dict[str, Any]:
+        facts: dict[str, Any] = {
+            "engine_version": first_match(r"\(v(\d+\.\d+\.\d+[^)]*)\) with config", text),
+            "kv_cache_tokens": first_match(r"(?:GPU|CPU|XPU) KV cache size: ([\d,]+) tokens", text, int),
+            "max_concurrency_x": first_match(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x", text, float),
+            "attention_backend": first_match(r"Using (\S+) attention backend", text)
+            or first_match(r"Using (\S+) backend\.", text),
+            "engine_init_s": first_match(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+)", text, float),
+            "torch_compile_s": first_match(r"torch\.compile takes ([\d.]+) s in total", text, float),
+            "model_load_gib": first_match(r"Model loading took ([\d.]+) GiB", text, float),
+            "graph_capture_s": first_match(r"Graph capturing finished in ([\d.]+) secs", text, float),
+            "graph_capture_gib": first_match(r"Graph capturing finished in [\d.]+ secs, took ([\d.]+) GiB", text, float),
+            "device": first_match(r"device_config=(\w+)", text),
+        }
+        # Each "Capturing CUDA graphs (mode, kind)" progress bar ends at N/N: the captures are the sum of the N.
+        bars: dict[str, int] = {}
+        for m in re.finditer(r"Capturing CUDA graphs \(([^)]*)\)[^\n\r]*?(\d+)/(\d+)", text):
+            bars[m.group(1)] = int(m.group(3))
+        facts["cuda_graph_captures"] = sum(bars.values()) if bars else None
+        facts["cuda_graph_bars"] = bars or None
+        deferred = [int(x) for x in re.findall(r"Deferred: (\d+) reqs", text)]
+        facts["max_deferred_reqs_logged"] = max(deferred) if deferred else None
+        return facts

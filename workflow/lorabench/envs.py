@@ -1,0 +1,133 @@
+"""Engine environments: one isolated venv per engine and version, or an existing installation.
+
+A venv is built from a pinned requirements file in ``envs/`` (installed with ``--no-deps`` so it holds exactly
+that list), into ``{env_root}/{engine}-{version}-{hash}``; a ``.complete`` marker is written last, so a build
+killed halfway is redone rather than trusted. Either way the resolved version is checked against the config and
+a full ``pip freeze`` is recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from .config import stable_hash
+from .engines import get_engine
+from .io import write_json, write_text_atomic
+
+log = logging.getLogger(__name__)
+
+
+def _run(argv: list[str], env: dict[str, str] | None = None, what: str = "", heartbeat_s: float = 30.0) -> str:
+    """Run a command, its output to the job log, with a progress line every ``heartbeat_s`` on long steps."""
+    log.info("%s: %s", what or "run", " ".join(argv))
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    out_chunks: list[str] = []
+    err_chunks: list[str] = []
+
+    def pump(stream: Any, sink: list[str]) -> None:
+        for line in stream:
+            sink.append(line)
+            sys.stderr.write(line)
+
+    threads = [threading.Thread(target=pump, args=(proc.stdout, out_chunks), daemon=True),
+               threading.Thread(target=pump, args=(proc.stderr, err_chunks), daemon=True)]
+    for t in threads:
+        t.start()
+    while True:
+        try:
+            proc.wait(timeout=heartbeat_s)
+            break
+        except subprocess.TimeoutExpired:
+            log.info("%s: still running (%.0f s)", what or argv[0], time.monotonic() - t0)
+    for t in threads:
+        t.join()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what or argv[0]} failed (exit {proc.returncode}):\n{''.join(err_chunks)[-3000:]}")
+    log.info("%s done in %.0f s", what or "run", time.monotonic() - t0)
+    return "".join(out_chunks)
+
+
+def _interpreter(version: str) -> str:
+    if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
+        return sys.executable
+    exe = shutil.which(f"python{version}")
+    if not exe:
+        raise RuntimeError(f"python_version {version}: no python{version} on PATH")
+    return exe
+
+
+def engine_version(python: str, kind: str, env: dict[str, str]) -> str:
+    code = get_engine(kind).version_code()
+    return _run([python, "-c", code], env, what="version check").strip().splitlines()[-1]
+
+
+def freeze(python: str, env: dict[str, str]) -> str:
+    code = (
+        "import importlib.metadata as m\n"
+        "print('\\n'.join(sorted(f\"{d.metadata['Name']}=={d.version}\" for d in m.distributions())))"
+    )
+    return _run([python, "-c", code], env, what="freeze")
+
+
+def build_venv(spec: dict[str, Any]) -> Path:
+    req = Path(spec["requirements"])
+    root = Path(spec["env_root"]).resolve()
+    venv = root / f"{spec['engine']}-{spec['version']}-{stable_hash(req.read_text(), 8)}"
+    marker = venv / ".complete"
+    if marker.exists():
+        log.info("reusing engine environment %s", venv)
+        return venv
+    if venv.exists():
+        log.warning("removing incomplete environment %s", venv)
+        shutil.rmtree(venv)
+    root.mkdir(parents=True, exist_ok=True)
+    log.info("building engine environment %s (a few minutes)", venv)
+    _run([_interpreter(spec["python_version"]), "-m", "venv", str(venv)], what="venv")
+    py = str(venv / "bin" / "python")
+    _run([py, "-m", "pip", "install", "--no-deps", "--no-input", "--progress-bar", "off", "-r", str(req)],
+         what=f"pip install -r {req}")
+    if spec.get("remove"):
+        _run([py, "-m", "pip", "uninstall", "-y", *spec["remove"]], what="pip uninstall")
+    marker.write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z") + "\n")
+    return venv
+
+
+def prepare_env(spec: dict[str, Any], info_path: str | Path, freeze_path: str | Path) -> dict[str, Any]:
+    info: dict[str, Any] = {"engine": spec["engine"], "kind": spec["kind"], "version_config": spec["version"]}
+    if not spec["runnable"]:
+        info.update(status="not run: needs a GPU", python=None, env={}, version=None)
+        write_text_atomic(freeze_path, "# not run: needs a GPU\n")
+        write_json(info_path, info)
+        return info
+    if spec.get("existing"):
+        python = spec["existing"]["python"]
+        env = dict(spec["existing"].get("env", {}))
+        info["source"] = "existing"
+    else:
+        venv = build_venv(spec)
+        python = str(venv / "bin" / "python")
+        env = {}
+        info["source"] = "venv"
+        info["venv"] = str(venv)
+    version = engine_version(python, spec["kind"], env)
+    if version != spec["version"]:
+        raise RuntimeError(
+            f"engines.{spec['engine']}.version: config says {spec['version']} but {python} has {version}"
+        )
+    frozen = freeze(python, env)
+    info.update(status="ok", python=python, env=env, version=version,
+                python_version=_run([python, "-c", "import sys; print(sys.version.split()[0])"], env).strip())
+    write_text_atomic(freeze_path, frozen)
+    write_json(info_path, info)
+    log.info("engine %s: %s %s at %s", spec["engine"], spec["kind"], version, python)
+    return info

@@ -1,0 +1,74 @@
+"""Small file helpers shared by every stage: JSON/JSONL, atomic writes, hashing, logging to a job log."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file, read in chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write text so that readers see either the old file or the whole new one, never a partial one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def read_json(path: str | Path) -> Any:
+    with open(path) as f:
+        return json.load(f)
+
+
+def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
+    write_text_atomic(path, "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in rows))
+
+
+def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                yield json.loads(line)
+
+
+def setup_job_logging(log_path: str | Path | None, name: str = "lorabench") -> logging.Logger:
+    """Send this process's stderr and the logger to the job's log file (first thing a rule's script does)."""
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handlers: list[logging.Handler] = []
+    if log_path:
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        stream = open(log_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
+        sys.stderr = stream
+        handlers.append(logging.StreamHandler(stream))
+    # Progress also goes to the terminal that runs snakemake, so long steps are visible.
+    console = logging.StreamHandler(sys.__stderr__)
+    handlers.append(console)
+    for h in handlers:
+        h.setFormatter(fmt)
+    logging.basicConfig(level=logging.INFO, handlers=handlers, force=True)
+    return logging.getLogger(name)

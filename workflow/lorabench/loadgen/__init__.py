@@ -1,0 +1,1 @@
+"""Load generation: request sets (``workload``), the streaming client (``client``) and load shapes (``shapes``)."""

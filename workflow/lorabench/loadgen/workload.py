@@ -1,0 +1,98 @@
+"""Request sets: generated once, with their seed, and fed unchanged to every engine, server and repetition.
+
+A request set holds, for each condition and burst size, the ordered list of logical adapter names ("base" for
+the base model) that the requests of one burst use. Assignment strategies are a registry keyed by name:
+``cycle`` (a,b,a,b...), ``weighted`` (seeded draws by weight) and ``zipf`` (seeded draws over many adapters with
+a Zipf law, the usual shape of per-tenant traffic).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+Assign = Callable[[dict[str, Any], int, random.Random], list[str]]
+_STRATEGIES: dict[str, Assign] = {}
+
+
+def strategy(name: str) -> Callable[[Assign], Assign]:
+    def deco(fn: Assign) -> Assign:
+        _STRATEGIES[name] = fn
+        return fn
+
+    return deco
+
+
+@strategy("cycle")
+def _cycle(cond: dict[str, Any], n: int, _rng: random.Random) -> list[str]:
+    names = list(cond["adapters"])
+    return [names[i % len(names)] for i in range(n)]
+
+
+@strategy("weighted")
+def _weighted(cond: dict[str, Any], n: int, rng: random.Random) -> list[str]:
+    weights = cond.get("weights") or [1.0] * len(cond["adapters"])
+    if len(weights) != len(cond["adapters"]):
+        raise ValueError("conditions: 'weights' must have one entry per adapter")
+    return rng.choices(list(cond["adapters"]), weights=weights, k=n)
+
+
+@strategy("zipf")
+def _zipf(cond: dict[str, Any], n: int, rng: random.Random) -> list[str]:
+    s = float(cond.get("zipf_s", 1.1))
+    names = list(cond["adapters"])
+    weights = [1.0 / (i + 1) ** s for i in range(len(names))]
+    return rng.choices(names, weights=weights, k=n)
+
+
+def strategies() -> list[str]:
+    return sorted(_STRATEGIES)
+
+
+def set_key(condition: str, burst: int) -> str:
+    return f"{condition}/{burst}"
+
+
+def build_request_set(workload: dict[str, Any], conditions: dict[str, dict[str, Any]], bursts: list[int]) -> dict[str, Any]:
+    """The whole request set of a study as one JSON-able dict."""
+    seed = int(workload["seed"])
+    sets: dict[str, list[dict[str, Any]]] = {}
+    for cname in sorted(conditions):
+        cond = conditions[cname]
+        kind = cond.get("assignment", "cycle")
+        if kind not in _STRATEGIES:
+            raise ValueError(f"conditions.{cname}.assignment: unknown {kind!r}; known: {strategies()}")
+        for burst in sorted(bursts):
+            rng = random.Random(f"{seed}/{cname}/{burst}")
+            names = _STRATEGIES[kind](cond, burst, rng)
+            sets[set_key(cname, burst)] = [
+                {"request_id": f"{cname}-{burst}-{i:03d}", "adapter": a} for i, a in enumerate(names)
+            ]
+    return {
+        "seed": seed,
+        "prompt": workload["prompt"],
+        "max_tokens": int(workload["max_tokens"]),
+        "temperature": float(workload["temperature"]),
+        "ignore_eos": bool(workload["ignore_eos"]),
+        "conditions": {k: dict(v) for k, v in sorted(conditions.items())},
+        "bursts": sorted(bursts),
+        "sets": sets,
+    }
+
+
+def measurement_plan(
+    conditions: list[str], bursts: list[int], repetitions: int, seed: int
+) -> list[dict[str, Any]]:
+    """Every condition x burst x repetition, in a seeded shuffled order (repetition numbers stay in order per
+    condition and burst, so "rep 0" is always the first one measured)."""
+    cells = [(c, b) for c in conditions for b in sorted(bursts) for _ in range(repetitions)]
+    rng = random.Random(seed)
+    rng.shuffle(cells)
+    seen: dict[tuple[str, int], int] = {}
+    plan = []
+    for order, (c, b) in enumerate(cells):
+        rep = seen.get((c, b), 0)
+        seen[(c, b)] = rep + 1
+        plan.append({"order": order, "condition": c, "burst": b, "rep": rep})
+    return plan

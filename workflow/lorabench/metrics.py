@@ -1,0 +1,96 @@
+"""Engine metrics: scrape Prometheus text from /metrics while a measurement runs, keep the series we use."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from typing import Any
+
+import aiohttp
+
+_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEnaNInf]+)")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_prometheus(text: str, prefixes: tuple[str, ...]) -> list[dict[str, Any]]:
+    rows = []
+    for line in text.splitlines():
+        if not line or line[0] == "#" or not line.startswith(prefixes):
+            continue
+        m = _LINE.match(line)
+        if not m:
+            continue
+        labels = dict(_LABEL.findall(m.group(2) or ""))
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            continue
+        rows.append({"name": m.group(1), "labels": labels, "value": value})
+    return rows
+
+
+class MetricsSampler:
+    """Polls /metrics every ``interval_s`` in the background; ``stop()`` returns the samples."""
+
+    def __init__(self, session: aiohttp.ClientSession, url: str, prefixes: tuple[str, ...], interval_s: float):
+        self.session, self.url, self.prefixes, self.interval_s = session, url, prefixes, interval_s
+        self.samples: list[dict[str, Any]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while True:
+            t = time.time()
+            try:
+                async with self.session.get(self.url, timeout=aiohttp.ClientTimeout(total=2)) as r:
+                    text = await r.text()
+                for row in parse_prometheus(text, self.prefixes):
+                    row["t"] = t
+                    self.samples.append(row)
+            except (aiohttp.ClientError, TimeoutError):
+                pass
+            await asyncio.sleep(self.interval_s)
+
+    def start(self) -> None:
+        if self.prefixes:
+            self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> list[dict[str, Any]]:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        return self.samples
+
+
+def summarize_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Max and mean of gauges per metric name (labels folded), plus the LoRA adapters seen running/waiting."""
+    out: dict[str, Any] = {}
+    by_name: dict[str, dict[float, float]] = {}
+    running_sets: set[str] = set()
+    waiting_sets: set[str] = set()
+    for s in samples:
+        name = s["name"]
+        if name == "vllm:lora_requests_info":
+            if s["labels"].get("running_lora_adapters"):
+                running_sets.add(s["labels"]["running_lora_adapters"])
+            if s["labels"].get("waiting_lora_adapters"):
+                waiting_sets.add(s["labels"]["waiting_lora_adapters"])
+            continue
+        if "reason" in s["labels"]:
+            name = f"{name}_{s['labels']['reason']}"
+        # sum label variants (e.g. per engine) at one sampling time
+        by_name.setdefault(name, {})
+        by_name[name][s["t"]] = by_name[name].get(s["t"], 0.0) + s["value"]
+    for name, series in by_name.items():
+        vals = list(series.values())
+        short = name.split(":", 1)[-1]
+        out[f"{short}_max"] = max(vals)
+        out[f"{short}_mean"] = sum(vals) / len(vals)
+    if running_sets or waiting_sets:
+        out["lora_running_sets"] = sorted(running_sets)
+        out["lora_waiting_sets"] = sorted(waiting_sets)
+    out["samples"] = len({s["t"] for s in samples})
+    return out

@@ -1,0 +1,224 @@
+"""Server lifecycle: start an engine without a shell, wait until ready, always stop the whole process group.
+
+``ManagedServer`` is a context manager. On entry it starts the process in a new session (its own process
+group), asks the kernel to signal it if this process dies (``PR_SET_PDEATHSIG``), and records the group id in
+a pidfile. ``wait_ready`` races health polling against process exit under a deadline. On exit, also on errors,
+SIGINT or SIGTERM, it stops the group: SIGTERM to the leader, a grace period, then the group. A pidfile left by a killed job
+lets the next attempt reap the old group first (``reap_stale``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+
+
+class ServerStartError(RuntimeError):
+    """The server exited or did not become ready in time; the message holds the tail of its log."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _child_setup() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def kill_group(pgid: int, grace_s: float = 20.0) -> None:
+    """Stop a server's process group: SIGTERM to the leader first (engines shut their workers down themselves;
+    signalling every process at once left vLLM's helpers hanging for seconds), then SIGTERM to the group, then
+    SIGKILL to whatever is left."""
+
+    def wait(deadline_s: float) -> bool:
+        deadline = time.monotonic() + deadline_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pgid, os.WNOHANG)  # reap the leader if it is our child, so a zombie does not count
+            if not group_alive(pgid):
+                return True
+            time.sleep(0.1)
+        return not group_alive(pgid)
+
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pgid, signal.SIGTERM)
+    if wait(grace_s):
+        return
+    log.warning("process group %d still alive %.0f s after SIGTERM to its leader: SIGTERM to the group", pgid, grace_s)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    if wait(5):
+        return
+    log.warning("process group %d ignored SIGTERM: SIGKILL", pgid)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    wait(5)
+
+
+def reap_stale(pidfile: Path) -> None:
+    """Stop a server group recorded by an earlier, killed attempt of the same job."""
+    if not pidfile.exists():
+        return
+    try:
+        pgid = int(pidfile.read_text().split()[0])
+    except (ValueError, IndexError):
+        pidfile.unlink(missing_ok=True)
+        return
+    if group_alive(pgid):
+        log.warning("reaping server group %d left by an earlier attempt (%s)", pgid, pidfile)
+        kill_group(pgid)
+    pidfile.unlink(missing_ok=True)
+
+
+def _log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@contextlib.contextmanager
+def terminate_on_signals() -> Iterator[None]:
+    """Turn SIGTERM/SIGHUP into SystemExit so context managers run (snakemake stops jobs with signals)."""
+
+    def handler(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+class ManagedServer:
+    """One engine server process group, owned from start to stop."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        log_path: Path,
+        host: str,
+        port: int,
+        ready_path: str,
+        pidfile: Path | None = None,
+    ) -> None:
+        self.argv = argv
+        self.env = env
+        self.log_path = log_path
+        self.host = host
+        self.port = port
+        self.ready_path = ready_path
+        self.pidfile = pidfile
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+        self.ready_s: float | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> None:
+        if self.pidfile:
+            reap_stale(self.pidfile)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        logf = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        log.info("starting: %s", " ".join(self.argv))
+        self.started_at = time.monotonic()
+        self.proc = subprocess.Popen(
+            self.argv,
+            env={**os.environ, **self.env},
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_child_setup,  # noqa: PLW1509 - only prctl, safe before exec
+        )
+        self._logf = logf
+        if self.pidfile:
+            self.pidfile.parent.mkdir(parents=True, exist_ok=True)
+            self.pidfile.write_text(f"{self.proc.pid}\n")
+
+    def wait_ready(self, timeout_s: float, progress_every_s: float = 15.0) -> float:
+        """Poll the readiness endpoint until it answers 200; fail at once if the process exits."""
+        assert self.proc is not None
+        deadline = self.started_at + timeout_s
+        next_note = time.monotonic() + progress_every_s
+        url = self.base_url + self.ready_path
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                raise ServerStartError(
+                    f"server exited with code {code} before it was ready; log {self.log_path}:\n"
+                    + _log_tail(self.log_path)
+                )
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    if r.status == 200:
+                        self.ready_s = time.monotonic() - self.started_at
+                        log.info("server ready after %.1f s", self.ready_s)
+                        return self.ready_s
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            now = time.monotonic()
+            if now > deadline:
+                raise ServerStartError(
+                    f"server not ready after {timeout_s:.0f} s; log {self.log_path}:\n" + _log_tail(self.log_path)
+                )
+            if now >= next_note:
+                log.info("waiting for server readiness: %.0f s so far", now - self.started_at)
+                next_note = now + progress_every_s
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        pgid = self.proc.pid
+        if self.proc.poll() is None or group_alive(pgid):
+            log.info("stopping server group %d", pgid)
+            kill_group(pgid)
+        with contextlib.suppress(Exception):
+            self.proc.wait(timeout=5)
+        self._logf.close()
+        if self.pidfile:
+            self.pidfile.unlink(missing_ok=True)
+        self.proc = None
+
+    def __enter__(self) -> ManagedServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

@@ -1,0 +1,147 @@
+"""Aggregation with pandas: per server x condition x burst, median [min-max], spread, n, errors, ratio to the
+baseline, warm-up detection; plus the server-facts table. Writes tidy CSVs and one JSON the report reads."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .io import read_json, read_jsonl, write_json
+from .stats import Summary, first_stands_out
+
+log = logging.getLogger(__name__)
+
+SERVER_KEYS = ("lora", "max_loras", "max_cpu_loras", "max_lora_rank")
+
+
+def _flatten(m: dict[str, Any]) -> dict[str, Any]:
+    row = {k: v for k, v in m.items() if k not in ("metrics", "errors")}
+    row["errors"] = " | ".join(m.get("errors") or [])
+    for k, v in (m.get("metrics") or {}).items():
+        row[f"m_{k}"] = ",".join(v) if isinstance(v, list) else v
+    return row
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    if hasattr(v, "item"):
+        return _clean(v.item())
+    return v
+
+
+def summarize_cell(ms: pd.DataFrame) -> dict[str, Any]:
+    """Statistics of one server x condition x burst from its measured (non-warm-up) rows."""
+    ms = ms.sort_values("order")
+    clean = ms[ms["n_errors"] == 0]
+    tp = Summary.of(list(clean["throughput_tok_s"]))
+    flag, dev = first_stands_out(list(ms["throughput_tok_s"]))
+    row: dict[str, Any] = {
+        **tp.as_dict("throughput"),
+        "ttft_median_ms": float(clean["ttft_median_ms"].median()) if len(clean) else float("nan"),
+        "itl_median_ms": float(clean["itl_median_ms"].median()) if len(clean) else float("nan"),
+        "latency_median_ms": float(clean["latency_median_ms"].median()) if len(clean) else float("nan"),
+        "itl_spread_pct": Summary.of(list(clean["itl_median_ms"])).spread_pct,
+        "measurements": len(ms),
+        "measurements_with_errors": int((ms["n_errors"] > 0).sum()),
+        "request_errors": int(ms["n_errors"].sum()),
+        "requests": int(ms["n_requests"].sum()),
+        "first_rep_throughput": float(ms["throughput_tok_s"].iloc[0]) if len(ms) else float("nan"),
+        "first_rep_deviation_pct": dev,
+        "first_rep_stands_out": bool(flag),
+        "values": [round(float(v), 2) for v in ms["throughput_tok_s"]],
+    }
+    for col in ("m_num_requests_running_max", "m_num_requests_waiting_max",
+                "m_num_requests_waiting_by_reason_deferred_max", "m_num_running_reqs_max", "m_num_queue_reqs_max"):
+        if col in ms:
+            row[col[2:] + "_median"] = float(ms[col].median())
+    return row
+
+
+def aggregate(measurement_files: list[str], fact_files: list[str], runtime_files: list[str], env_files: list[str],
+              baseline: dict[str, Any] | None, conditions: dict[str, Any], out: dict[str, str]) -> dict[str, Any]:
+    facts = {Path(f).parent.name: read_json(f) for f in fact_files}
+    all_rows = []
+    for f in measurement_files:
+        all_rows += [_flatten(m) for m in read_jsonl(f)]
+    mdf = pd.DataFrame(all_rows)
+    Path(out["measurements"]).parent.mkdir(parents=True, exist_ok=True)
+    mdf.to_csv(out["measurements"], index=False)
+
+    rows: list[dict[str, Any]] = []
+    for server, fact in sorted(facts.items()):
+        cfg = fact.get("config", {})
+        base = {"server": server, "engine": fact.get("engine"), "engine_version": fact.get("engine_version"),
+                "status": fact.get("status", "ok"), **{k: cfg.get(k) for k in SERVER_KEYS}}
+        for cond in cfg.get("conditions", []):
+            for burst in cfg.get("bursts", []):
+                cell = {**base, "condition": cond, "burst": burst,
+                        "adapters": "|".join(conditions.get(cond, {}).get("adapters", []))}
+                if base["status"] == "ok" and len(mdf):
+                    sel = mdf[(mdf["server"] == server) & (mdf["condition"] == cond) & (mdf["burst"] == burst)]
+                    measured = sel[~sel["warmup"].astype(bool)]
+                    warm = sel[sel["warmup"].astype(bool)]
+                    if len(measured):
+                        cell.update(summarize_cell(measured))
+                        cell["warmup_throughput"] = float(warm["throughput_tok_s"].median()) if len(warm) else None
+                    else:
+                        cell["status"] = "missing: no measurements"
+                rows.append(cell)
+    sdf = pd.DataFrame(rows)
+    # Ratio to the baseline (same burst size).
+    sdf["baseline"] = ""
+    sdf["ratio_to_baseline_pct"] = float("nan")
+    if baseline and len(sdf) and "throughput_median" in sdf:
+        bsel = sdf[(sdf["server"] == baseline["server"]) & (sdf["condition"] == baseline["condition"])]
+        for _, b in bsel.iterrows():
+            same = sdf["burst"] == b["burst"]
+            if b.get("throughput_median") and not math.isnan(b["throughput_median"]):
+                sdf.loc[same, "ratio_to_baseline_pct"] = 100 * (sdf.loc[same, "throughput_median"] / b["throughput_median"] - 1)
+                sdf.loc[same, "baseline"] = f"{baseline['server']}/{baseline['condition']}"
+    sdf.drop(columns=["values"], errors="ignore").to_csv(out["summary"], index=False)
+
+    frows = []
+    for server, f in sorted(facts.items()):
+        lg = f.get("log", {})
+        probes = f.get("probes", {})
+        def gpu_used(key: str) -> Any:
+            g = f.get(key)
+            return sum(x["used_mib"] for x in g) if g else None
+        frows.append({
+            "server": server, "engine": f.get("engine"), "engine_version": f.get("engine_version"),
+            "status": f.get("status", "ok"), **{k: f.get("config", {}).get(k) for k in SERVER_KEYS},
+            "readiness_s": f.get("readiness_s"), "kv_cache_tokens": lg.get("kv_cache_tokens"),
+            "max_concurrency_x": lg.get("max_concurrency_x"), "cuda_graph_captures": lg.get("cuda_graph_captures"),
+            "attention_backend": lg.get("attention_backend"), "torch_compile_s": lg.get("torch_compile_s"),
+            "engine_init_s": lg.get("engine_init_s"), "gpu_mem_ready_mib": gpu_used("gpu_memory_ready_mib"),
+            "gpu_mem_peak_mib": sum((probes.get("gpu_memory_peak_mib") or {}).values()) or None,
+            "gpu_mem_after_stop_mib": gpu_used("gpu_memory_after_stop_mib"),
+            "host_rss_ready_mib": f.get("host_rss_ready_mib"), "host_rss_end_mib": f.get("host_rss_end_mib"),
+            "hardware": (f.get("machine") or {}).get("hardware"),
+            "device": ((f.get("machine") or {}).get("gpus") or [{}])[0].get("name") or (f.get("machine") or {}).get("cpu"),
+            "models_listed_ok": probes.get("models_listed_ok"), "wrong_model_status": probes.get("wrong_model_status"),
+        })
+    fdf = pd.DataFrame(frows)
+    fdf.to_csv(out["facts"], index=False)
+    runtime = [read_json(f) for f in runtime_files]
+    envs = [read_json(f) for f in env_files]
+    hardware = next((f.get("machine", {}).get("hardware") for f in facts.values() if f.get("machine")), None)
+    summary = {
+        "baseline": baseline,
+        "hardware": hardware,
+        "rows": [{k: _clean(v) for k, v in r.items()} for r in sdf.to_dict("records")],
+        "facts": [{k: _clean(v) for k, v in r.items()} for r in fdf.to_dict("records")],
+        "server_facts_raw": facts,
+        "runtime": runtime,
+        "envs": envs,
+        "conditions": conditions,
+        "measurements": [{k: _clean(v) for k, v in r.items()} for r in mdf.to_dict("records")] if len(mdf) else [],
+    }
+    write_json(out["json"], json.loads(json.dumps(summary, default=_clean)))
+    log.info("summary: %d rows (%d measured), %d servers", len(sdf), int((sdf["status"] == "ok").sum()), len(facts))
+    return summary

@@ -1,0 +1,84 @@
+"""A local OpenAI-style streaming server for what a real engine cannot do on demand: inject faults (HTTP errors,
+cut streams, short completions, stalls) and stream tokens as fast as possible (client headroom benchmark).
+Never used for measurements of engines."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing as mp
+import socket
+from typing import Any
+
+from aiohttp import web
+
+
+def _event(i: int, finish: str | None = None) -> bytes:
+    body = {"id": "cmpl-x", "object": "text_completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "text": f" t{i}", "logprobs": None, "finish_reason": finish,
+                         "stop_reason": None}]}
+    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _usage(prompt: int, completion: int) -> bytes:
+    body = {"id": "cmpl-x", "object": "text_completion", "created": 0, "model": "m", "choices": [],
+            "usage": {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}}
+    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\ndata: [DONE]\n\n"
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    body: dict[str, Any] = await request.json()
+    model = body.get("model", "")
+    n = int(body.get("max_tokens", 16))
+    fault = request.app["fault"] if model == "fault" or request.app["fault_all"] else ""
+    if model == "missing":
+        return web.json_response({"error": {"message": "model does not exist", "code": 404}}, status=404)
+    if fault == "http500":
+        return web.json_response({"error": {"message": "boom"}}, status=500)
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    batch = int(request.app["batch"])
+    if fault == "cut":
+        await resp.write(_event(0) + _event(1))
+        request.transport.close()  # type: ignore[union-attr]
+        return resp
+    produced = n if fault != "short" else max(n // 2, 1)
+    if fault == "stall":
+        await resp.write(_event(0))
+        await asyncio.sleep(3600)
+    chunk = bytearray()
+    for i in range(produced):
+        chunk += _event(i, "length" if i == produced - 1 else None)
+        if len(chunk) and (i + 1) % batch == 0:
+            await resp.write(bytes(chunk))
+            chunk.clear()
+            if request.app["delay"]:
+                await asyncio.sleep(request.app["delay"])
+    chunk += _usage(5, produced)
+    await resp.write(bytes(chunk))
+    await resp.write_eof()
+    return resp
+
+
+def make_app(fault: str = "", fault_all: bool = False, batch: int = 1, delay: float = 0.0) -> web.Application:
+    app = web.Application()
+    app["fault"], app["fault_all"], app["batch"], app["delay"] = fault, fault_all, batch, delay
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/v1/models", lambda r: web.json_response({"data": [{"id": "m"}]}))
+    return app
+
+
+def _serve(sock: socket.socket, kwargs: dict[str, Any]) -> None:
+    web.run_app(make_app(**kwargs), sock=sock, print=None, access_log=None)
+
+
+def start_in_process(**kwargs: Any) -> tuple[mp.Process, int]:
+    """Start the server in a child process (own core) on a free loopback port; returns (process, port)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1024)
+    port = sock.getsockname()[1]
+    proc = mp.get_context("fork").Process(target=_serve, args=(sock, kwargs), daemon=True)
+    proc.start()
+    sock.close()
+    return proc, port

@@ -1,0 +1,48 @@
+# Artifacts every server job shares: the base model, the adapters, the request set.
+
+
+rule model_build:
+    input:
+        arch=config["model"].get("architecture") or [],
+        code=code("model"),
+    output:
+        weights=directory("results/model/weights"),
+        manifest="results/model/manifest.json",
+    params:
+        spec=json.dumps(config["model"], sort_keys=True),
+    log:
+        "logs/model_build.log",
+    benchmark:
+        "logs/model_build.bench.tsv"
+    script:
+        "../scripts/model_build.py"
+
+
+rule adapter_build:
+    input:
+        manifest=rules.model_build.output.manifest,
+        code=code("adapters"),
+    output:
+        weights=directory("results/adapters/{adapter}"),
+        manifest="results/adapters/{adapter}.json",
+    params:
+        spec=adapter_params,
+    log:
+        "logs/adapter_build/{adapter}.log",
+    script:
+        "../scripts/adapter_build.py"
+
+
+rule workload_requests:
+    input:
+        code=code("loadgen"),
+    output:
+        requests="results/workload/requests.json",
+    params:
+        workload=json.dumps(config["workload"], sort_keys=True),
+        conditions=json.dumps(config["conditions"], sort_keys=True),
+        bursts=sorted(config["bursts"]),
+    log:
+        "logs/workload_requests.log",
+    script:
+        "../scripts/workload_requests.py"

@@ -1,0 +1,145 @@
+# Parse-time helpers only: config validation, input functions, parameter dicts.
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+
+from lorabench.config import (  # noqa: E402
+    ConfigError,
+    detect_hardware,
+    load_and_check,
+    server_adapters,
+    stable_hash,
+)
+
+try:
+    load_and_check(config)
+except ConfigError as e:
+    raise WorkflowError(str(e)) from None
+
+PKG = Path(workflow.basedir) / "workflow" / "lorabench"
+SCRIPTS = Path(workflow.basedir) / "workflow" / "scripts"
+HARDWARE = detect_hardware()
+STUDY = config["study"]
+
+
+def code(*names):
+    """Package modules a rule runs, as inputs, so editing them reruns exactly the rules that use them."""
+    out = []
+    for name in names:
+        p = PKG / name
+        if p.is_dir():
+            out += sorted(str(f) for f in p.glob("*.py"))
+        else:
+            out.append(str(p.with_suffix(".py")) if p.suffix != ".py" else str(p))
+    out.append(str(PKG / "io.py"))
+    return sorted(set(out))
+
+
+def engine_of(server):
+    return config["servers"][server]["engine"]
+
+
+def engine_runnable(engine_id):
+    return HARDWARE == "gpu" or not config["engines"][engine_id].get("requires_gpu", False)
+
+
+def env_params(wildcards):
+    """Everything the engine environment depends on, as one sorted JSON string."""
+    eng = config["engines"][wildcards.engine]
+    req = eng.get("requirements")
+    return json.dumps(
+        {
+            "engine": wildcards.engine,
+            "kind": eng["kind"],
+            "version": eng["version"],
+            "requirements": req,
+            "requirements_sha": stable_hash(Path(req).read_text()) if req else None,
+            "python_version": eng.get("python_version", "3.11"),
+            "remove": eng.get("remove", []),
+            "existing": eng.get("existing"),
+            "env": eng.get("env", {}),
+            "runnable": engine_runnable(wildcards.engine),
+            "env_root": config["env_root"],
+        },
+        sort_keys=True,
+    )
+
+
+def env_inputs(wildcards):
+    req = config["engines"][wildcards.engine].get("requirements")
+    return [req] if req else []
+
+
+def adapter_params(wildcards):
+    return json.dumps(config["adapters"][wildcards.adapter], sort_keys=True)
+
+
+def server_job(server, runtime=False):
+    """The server job's plain parameters (engine, flags, workload, repetitions), sorted JSON."""
+    srv = config["servers"][server]
+    eng = config["engines"][srv["engine"]]
+    rl = config.get("runtime_load") or {}
+    adapters = server_adapters(config, server)
+    if runtime:
+        adapters = [a for a in adapters if a != rl["adapter"]]
+    return json.dumps(
+        {
+            "server_id": server + ("-runtime" if runtime else ""),
+            "engine_id": srv["engine"],
+            "engine": eng["kind"],
+            "engine_version": eng["version"],
+            "served_name": config["model"]["name"],
+            "lora": srv["lora"],
+            "adapters": adapters,
+            "max_loras": srv.get("max_loras"),
+            "max_cpu_loras": srv.get("max_cpu_loras"),
+            "max_lora_rank": srv.get("max_lora_rank"),
+            "runtime_lora": runtime,
+            "args": srv.get("args", {}),
+            "env": {**eng.get("env", {}), **srv.get("env", {})},
+            "conditions": srv["conditions"],
+            "bursts": sorted(config["bursts"]),
+            "repetitions": config["repetitions"],
+            "bursts_per_measurement": config["bursts_per_measurement"],
+            "warmup_bursts": config["warmup_bursts"],
+            "shuffle_seed": config["workload"]["seed"],
+            "request_timeout_s": config["request_timeout_s"],
+            "readiness_timeout_s": config["readiness_timeout_s"],
+            "metrics_interval_s": config["metrics_interval_s"],
+            "runnable": engine_runnable(srv["engine"]),
+            "hardware": HARDWARE,
+            "runtime_load": rl if runtime else None,
+        },
+        sort_keys=True,
+    )
+
+
+def server_inputs(wildcards, runtime=False):
+    server = wildcards.server
+    inputs = {
+        "env": f"results/envs/{engine_of(server)}.json",
+        "model": "results/model/manifest.json",
+        "requests": "results/workload/requests.json",
+        "adapters": [f"results/adapters/{a}.json" for a in server_adapters(config, server)],
+    }
+    return inputs
+
+
+def runtime_servers():
+    rl = config.get("runtime_load")
+    return [rl["server"]] if rl else []
+
+
+def summary_inputs():
+    return {
+        "measurements": expand("results/servers/{server}/measurements.jsonl", server=sorted(config["servers"])),
+        "facts": expand("results/servers/{server}/facts.json", server=sorted(config["servers"])),
+        "runtime": expand("results/runtime_load/{server}/load.json", server=runtime_servers()),
+        "envs": expand("results/envs/{engine}.json", engine=sorted(config["engines"])),
+    }
+
+
+def all_targets():
+    return ["results/report/index.html", f"results/bundle/{STUDY}.tar.gz"]

@@ -1,0 +1,18 @@
+# Engine environments: one isolated venv per engine and version (or an existing installation).
+
+
+rule engine_env:
+    input:
+        requirements=env_inputs,
+        code=code("envs"),
+    output:
+        info="results/envs/{engine}.json",
+        freeze="results/envs/{engine}.freeze.txt",
+    params:
+        spec=env_params,
+    log:
+        "logs/engine_env/{engine}.log",
+    benchmark:
+        "logs/engine_env/{engine}.bench.tsv"
+    script:
+        "../scripts/engine_env.py"

@@ -1,0 +1,37 @@
+# Measurements: one job per server configuration owns the server's whole life; runtime loading likewise.
+
+
+rule server_loadtest:
+    input:
+        unpack(server_inputs),
+        code=code("loadtest", "server", "metrics", "resources", "engines", "loadgen"),
+    output:
+        measurements="results/servers/{server}/measurements.jsonl",
+        records="results/servers/{server}/records.jsonl",
+        metrics="results/servers/{server}/metrics.jsonl",
+        facts="results/servers/{server}/facts.json",
+        log="results/servers/{server}/server.log",
+    params:
+        job=lambda wc: server_job(wc.server),
+    log:
+        "logs/server_loadtest/{server}.log",
+    benchmark:
+        "logs/server_loadtest/{server}.bench.tsv"
+    script:
+        "../scripts/server_loadtest.py"
+
+
+rule runtime_load:
+    input:
+        unpack(server_inputs),
+        code=code("runtime_load", "server", "resources", "engines", "loadgen"),
+    output:
+        load="results/runtime_load/{server}/load.json",
+        records="results/runtime_load/{server}/records.jsonl",
+        log="results/runtime_load/{server}/server.log",
+    params:
+        job=lambda wc: server_job(wc.server, runtime=True),
+    log:
+        "logs/runtime_load/{server}.log",
+    script:
+        "../scripts/runtime_load.py"

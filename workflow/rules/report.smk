@@ -1,0 +1,85 @@
+# Summarise -> claims -> render -> bundle. None of these needs a server: the report rebuilds from saved results.
+
+
+rule summary_aggregate:
+    input:
+        **summary_inputs(),
+        code=code("summary", "stats"),
+    output:
+        measurements="results/summary/measurements.csv",
+        summary="results/summary/summary.csv",
+        facts="results/summary/server_facts.csv",
+        json="results/summary/summary.json",
+    params:
+        baseline=json.dumps(config.get("baseline"), sort_keys=True),
+        conditions=json.dumps(config["conditions"], sort_keys=True),
+    log:
+        "logs/summary_aggregate.log",
+    script:
+        "../scripts/summary_aggregate.py"
+
+
+rule claims_evaluate:
+    input:
+        claims=config["claims"],
+        summary=rules.summary_aggregate.output.json,
+        model=rules.model_build.output.manifest,
+        adapters=expand("results/adapters/{adapter}.json", adapter=sorted(config["adapters"])),
+        code=code("claims"),
+    output:
+        verdicts="results/claims/verdicts.json",
+    log:
+        "logs/claims_evaluate.log",
+    script:
+        "../scripts/claims_evaluate.py"
+
+
+rule report_render:
+    input:
+        summary=rules.summary_aggregate.output.json,
+        verdicts=rules.claims_evaluate.output.verdicts,
+        model=rules.model_build.output.manifest,
+        adapters=expand("results/adapters/{adapter}.json", adapter=sorted(config["adapters"])),
+        envs=expand("results/envs/{engine}.json", engine=sorted(config["engines"])),
+        templates=sorted(str(p) for p in Path("report/templates").glob("*")),
+        code=code("report", "plots", "provenance"),
+    output:
+        html="results/report/index.html",
+        provenance="results/report/provenance.json",
+    params:
+        study=STUDY,
+        config=json.dumps(config, sort_keys=True),
+    log:
+        "logs/report_render.log",
+    script:
+        "../scripts/report_render.py"
+
+
+rule bundle_archive:
+    input:
+        config="config/config.yaml",
+        claims=config["claims"],
+        report=rules.report_render.output.html,
+        provenance=rules.report_render.output.provenance,
+        verdicts=rules.claims_evaluate.output.verdicts,
+        summary=rules.summary_aggregate.output.json,
+        summary_csv=rules.summary_aggregate.output.summary,
+        servers=expand(
+            "results/servers/{server}/{f}",
+            server=sorted(config["servers"]),
+            f=["measurements.jsonl", "records.jsonl", "metrics.jsonl", "facts.json", "server.log"],
+        ),
+        runtime=expand("results/runtime_load/{server}/{f}", server=runtime_servers(), f=["load.json", "records.jsonl", "server.log"]),
+        envs=expand("results/envs/{engine}.{ext}", engine=sorted(config["engines"]), ext=["json", "freeze.txt"]),
+        adapters=expand("results/adapters/{adapter}.json", adapter=sorted(config["adapters"])),
+        model=rules.model_build.output.manifest,
+        requests=rules.workload_requests.output.requests,
+        code=code("bundle"),
+    output:
+        bundle=f"results/bundle/{STUDY}.tar.gz",
+    params:
+        study=STUDY,
+    log:
+        "logs/bundle_archive.log",
+    script:
+        "../scripts/bundle_archive.py"

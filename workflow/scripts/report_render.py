@@ -1,0 +1,21 @@
+"""Rule report_render: the HTML report with tables, plots, verdicts and provenance."""
+
+import json
+from pathlib import Path
+
+from lorabench.io import setup_job_logging
+from lorabench.report import render_report
+
+setup_job_logging(snakemake.log[0])  # noqa: F821
+sm = snakemake  # noqa: F821
+render_report(
+    study=sm.params.study,
+    config=json.loads(sm.params.config),
+    summary_path=sm.input.summary,
+    verdicts_path=sm.input.verdicts,
+    model_path=sm.input.model,
+    adapter_paths=list(sm.input.adapters),
+    env_paths=list(sm.input.envs),
+    out_html=Path(sm.output.html),
+    out_provenance=Path(sm.output.provenance),
+)
