@@ -15,19 +15,25 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
+# Headless Chromium for the report screenshot test (Debian packages; the test needs them, the study does not).
+BROWSER := /usr/bin/chromium
+$(BROWSER):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+
 setup: $(STAMP)
 
 study: $(STAMP)
 	$(BIN)/snakemake --cores 1
 
 lint: $(STAMP)
-	$(BIN)/ruff check workflow tests benchmarks
+	$(BIN)/ruff check workflow tests benchmarks tools
+	$(BIN)/ruff format --check workflow tests benchmarks tools
 	$(BIN)/snakefmt --check Snakefile workflow/rules
-	$(BIN)/snakemake --lint
+	$(BIN)/python tools/snakemake_lint.py
 	$(BIN)/mypy
 
-test: lint
-	$(BIN)/pytest -v
+test: lint $(BROWSER)
+	$(BIN)/pytest -v --durations=15
 
 clean:
 	rm -rf results logs .snakemake

@@ -38,13 +38,22 @@ p = argparse.ArgumentParser()
 add_cli_args(p)
 args = p.parse_args(sys.argv[1:])
 r = main(args)
-print("RESULT " + json.dumps({k: r[k] for k in ("output_throughput", "median_ttft_ms", "median_itl_ms", "completed", "total_output_tokens", "duration")}))
+keys = ("output_throughput", "median_ttft_ms", "median_itl_ms", "completed", "total_output_tokens", "duration")
+print("RESULT " + json.dumps({k: r[k] for k in keys}))
 """
 
 
 def ours(base_url: str, engine, spec: ServerSpec, burst: int, max_tokens: int, adapters: list[str]) -> dict:
-    reqs = [CompletionRequest(f"f{i}", adapters[i % len(adapters)], engine.request_model(spec, adapters[i % len(adapters)]),
-                              PROMPT, max_tokens) for i in range(burst)]
+    reqs = [
+        CompletionRequest(
+            f"f{i}",
+            adapters[i % len(adapters)],
+            engine.request_model(spec, adapters[i % len(adapters)]),
+            PROMPT,
+            max_tokens,
+        )
+        for i in range(burst)
+    ]
 
     async def go():
         async with make_session(burst) as s:
@@ -56,14 +65,48 @@ def ours(base_url: str, engine, spec: ServerSpec, burst: int, max_tokens: int, a
     return {"throughput": row["throughput_tok_s"], "ttft": row["ttft_median_ms"], "itl": row["itl_median_ms"]}
 
 
-def theirs(python: str, port: int, served: str, tokenizer: str, dataset: Path, burst: int, max_tokens: int,
-           adapters: list[str]) -> dict:
-    argv = [python, "-c", VLLM_BENCH, "--backend", "vllm", "--base-url", f"http://127.0.0.1:{port}",
-            "--endpoint", "/v1/completions", "--model", served, "--tokenizer", tokenizer,
-            "--dataset-name", "custom", "--dataset-path", str(dataset), "--custom-output-len", str(max_tokens),
-            "--skip-chat-template", "--disable-shuffle", "--num-prompts", str(burst), "--max-concurrency", str(burst),
-            "--request-rate", "inf", "--ignore-eos", "--temperature", "0", "--lora-modules", *adapters,
-            "--lora-assignment", "round-robin", "--disable-tqdm", "--num-warmups", "0"]
+def theirs(
+    python: str, port: int, served: str, tokenizer: str, dataset: Path, burst: int, max_tokens: int, adapters: list[str]
+) -> dict:
+    argv = [
+        python,
+        "-c",
+        VLLM_BENCH,
+        "--backend",
+        "vllm",
+        "--base-url",
+        f"http://127.0.0.1:{port}",
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        served,
+        "--tokenizer",
+        tokenizer,
+        "--dataset-name",
+        "custom",
+        "--dataset-path",
+        str(dataset),
+        "--custom-output-len",
+        str(max_tokens),
+        "--skip-chat-template",
+        "--disable-shuffle",
+        "--num-prompts",
+        str(burst),
+        "--max-concurrency",
+        str(burst),
+        "--request-rate",
+        "inf",
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--lora-modules",
+        *adapters,
+        "--lora-assignment",
+        "round-robin",
+        "--disable-tqdm",
+        "--num-warmups",
+        "0",
+    ]
     out = subprocess.run(argv, capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if line is None:
@@ -86,15 +129,31 @@ def main() -> int:
     model = read_json(args.results / "model" / "manifest.json")
     adapters = {n: read_json(args.results / "adapters" / f"{n}.json")["path"] for n in ("a", "b")}
     engine = get_engine("vllm")
-    spec = ServerSpec(server_id="fidelity", engine="vllm", python=env_info["python"],
-                      env={"VLLM_CPU_KVCACHE_SPACE": "1"}, model_path=model["path"], served_name=model["name"],
-                      lora=True, adapters=adapters, max_loras=2, max_lora_rank=8, args={"max_model_len": 512})
+    spec = ServerSpec(
+        server_id="fidelity",
+        engine="vllm",
+        python=env_info["python"],
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        model_path=model["path"],
+        served_name=model["name"],
+        lora=True,
+        adapters=adapters,
+        max_loras=2,
+        max_lora_rank=8,
+        args={"max_model_len": 512},
+    )
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         dataset = Path(tmp) / "prompts.jsonl"
         dataset.write_text("".join(json.dumps({"prompt": PROMPT}) + "\n" for _ in range(args.burst)))
-        srv = ManagedServer(engine.command(spec, "127.0.0.1", port), {**engine.environment(spec), **spec.env},
-                            Path(tmp) / "server.log", "127.0.0.1", port, engine.ready_path)
+        srv = ManagedServer(
+            engine.command(spec, "127.0.0.1", port),
+            {**engine.environment(spec), **spec.env},
+            Path(tmp) / "server.log",
+            "127.0.0.1",
+            port,
+            engine.ready_path,
+        )
         with srv:
             srv.wait_ready(600)
             names = sorted(adapters)
@@ -107,11 +166,24 @@ def main() -> int:
                     if who == "ours":
                         a_rows.append(ours(srv.base_url, engine, spec, args.burst, args.max_tokens, names))
                     else:
-                        b_rows.append(theirs(env_info["python"], port, model["name"], model["path"], dataset,
-                                             args.burst, args.max_tokens, names))
-                print(f"round {i}: ours {a_rows[-1]['throughput']:.1f} tok/s TTFT {a_rows[-1]['ttft']:.1f} ms "
-                      f"ITL {a_rows[-1]['itl']:.2f} ms | vllm bench {b_rows[-1]['throughput']:.1f} tok/s "
-                      f"TTFT {b_rows[-1]['ttft']:.1f} ms ITL {b_rows[-1]['itl']:.2f} ms", flush=True)
+                        b_rows.append(
+                            theirs(
+                                env_info["python"],
+                                port,
+                                model["name"],
+                                model["path"],
+                                dataset,
+                                args.burst,
+                                args.max_tokens,
+                                names,
+                            )
+                        )
+                print(
+                    f"round {i}: ours {a_rows[-1]['throughput']:.1f} tok/s TTFT {a_rows[-1]['ttft']:.1f} ms "
+                    f"ITL {a_rows[-1]['itl']:.2f} ms | vllm bench {b_rows[-1]['throughput']:.1f} tok/s "
+                    f"TTFT {b_rows[-1]['ttft']:.1f} ms ITL {b_rows[-1]['itl']:.2f} ms",
+                    flush=True,
+                )
     print(f"\nburst {args.burst} x {args.max_tokens} tokens, adapters a/b round-robin, {args.rounds} alternations")
     ok = True
     for key, target in (("throughput", 3.0), ("ttft", 5.0), ("itl", 5.0)):
@@ -119,7 +191,10 @@ def main() -> int:
         b = statistics.median(r[key] for r in b_rows)
         diff = 100 * (a / b - 1)
         ok &= abs(diff) <= target
-        print(f"{key:10s} median ours {a:10.2f}  vllm bench {b:10.2f}  ratio {a / b:.3f} ({diff:+.1f}%, target ±{target:g}%)")
+        print(
+            f"{key:10s} median ours {a:10.2f}  vllm bench {b:10.2f}  ratio {a / b:.3f} "
+            f"({diff:+.1f}%, target ±{target:g}%)"
+        )
     print("within targets" if ok else "OUTSIDE targets")
     return 0
 

@@ -71,9 +71,11 @@ def main() -> int:
         print(f"round {i}: {tok_s:,.0f} tokens/s ({ev_s:,.0f} events/s)", flush=True)
     proc.kill()
     med = statistics.median(rates)
-    print(f"\nclient on one core: median {med:,.0f} tokens/s over {args.rounds} rounds "
-          f"(burst {args.burst} x {args.tokens} tokens, one token per event); target 100,000: "
-          f"{'met' if med >= 100_000 else 'NOT met'} ({med / 100_000:.2f}x)")
+    print(
+        f"\nclient on one core: median {med:,.0f} tokens/s over {args.rounds} rounds "
+        f"(burst {args.burst} x {args.tokens} tokens, one token per event); target 100,000: "
+        f"{'met' if med >= 100_000 else 'NOT met'} ({med / 100_000:.2f}x)"
+    )
     if prof:
         pstats.Stats(prof).sort_stats("cumulative").print_stats(15)
     return 0

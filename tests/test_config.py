@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from lorabench.config import ConfigError, load_and_check
 
 from .conftest import ROOT
@@ -64,7 +63,9 @@ def test_snakemake_stops_before_any_job(tmp_path: Path):
     bad.write_text(yaml.safe_dump(cfg))
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "snakemake"), "-n", "--configfile", str(bad), "--directory", str(ROOT)],
-        capture_output=True, text=True, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     assert proc.returncode != 0
     assert "servers.lora-2.max_lora" in proc.stdout + proc.stderr

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from lorabench.bundle import render_from_bundle, verify_bundle
 from lorabench.io import read_json, read_jsonl
 
@@ -26,8 +25,9 @@ ENV_ROOT = str(ROOT / ".lorabench" / "envs")  # engine venvs are shared: built o
 
 
 def copy_repo(dest: Path) -> Path:
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                           text=True, check=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     for f in files:
         src = ROOT / f
         if src.is_file():
@@ -37,8 +37,13 @@ def copy_repo(dest: Path) -> Path:
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([SNAKEMAKE, "--cores", "1", "--config", f"env_root={ENV_ROOT}", *args], cwd=workdir,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [SNAKEMAKE, "--cores", "1", "--config", f"env_root={ENV_ROOT}", *args],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {args} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
     return proc
@@ -81,7 +86,9 @@ def test_report_has_every_row_measured(study: Path):
     for sid, srv in cfg["servers"].items():
         for cond in srv["conditions"]:
             for burst in cfg["bursts"]:
-                row = next(r for r in summary["rows"] if (r["server"], r["condition"], r["burst"]) == (sid, cond, burst))
+                row = next(
+                    r for r in summary["rows"] if (r["server"], r["condition"], r["burst"]) == (sid, cond, burst)
+                )
                 assert f'id="row-{sid}-{cond}-{burst}"' in html
                 if cfg["engines"][srv["engine"]].get("requires_gpu"):
                     assert row["status"] == "not run: needs a GPU" and row.get("throughput_median") is None
@@ -135,8 +142,9 @@ def test_bundle_verifies_and_rerenders(study: Path, tmp_path: Path):
 
             dst.addfile(m, io.BytesIO(data))
     assert verify_bundle(bad) == ["modified: results/summary/summary.csv"]
-    cli = subprocess.run([sys.executable, "-m", "lorabench.cli", "bundle", "verify", str(bad)], capture_output=True,
-                         text=True)
+    cli = subprocess.run(
+        [sys.executable, "-m", "lorabench.cli", "bundle", "verify", str(bad)], capture_output=True, text=True
+    )
     assert cli.returncode == 1 and "results/summary/summary.csv" in cli.stderr
 
 
@@ -153,8 +161,16 @@ def test_engine_version_bump_plans_only_that_engine(study: Path, tmp_path: Path)
         p.write_text(p.read_text().replace('version: "0.32.0"', 'version: "0.32.1"'))
 
     jobs = planned(edited_copy(study, tmp_path / "w", bump))
-    assert jobs == {"engine_env": 1, "server_loadtest": 3, "runtime_load": 1, "summary_aggregate": 1,
-                    "claims_evaluate": 1, "report_render": 1, "bundle_archive": 1, "all": 1}
+    assert jobs == {
+        "engine_env": 1,
+        "server_loadtest": 3,
+        "runtime_load": 1,
+        "summary_aggregate": 1,
+        "claims_evaluate": 1,
+        "report_render": 1,
+        "bundle_archive": 1,
+        "all": 1,
+    }
 
 
 def test_server_edit_plans_only_that_server(study: Path, tmp_path: Path):
@@ -165,8 +181,14 @@ def test_server_edit_plans_only_that_server(study: Path, tmp_path: Path):
         p.write_text(text[:i] + text[i:].replace("max_model_len: 512", "max_model_len: 384", 1))
 
     jobs = planned(edited_copy(study, tmp_path / "w", edit))
-    assert jobs == {"server_loadtest": 1, "summary_aggregate": 1, "claims_evaluate": 1, "report_render": 1,
-                    "bundle_archive": 1, "all": 1}
+    assert jobs == {
+        "server_loadtest": 1,
+        "summary_aggregate": 1,
+        "claims_evaluate": 1,
+        "report_render": 1,
+        "bundle_archive": 1,
+        "all": 1,
+    }
     out = snakemake(tmp_path / "w", "-n", "--list-changes", "params").stdout
     assert "results/servers/lora-4/" in out and "results/servers/lora-2/" not in out
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from lorabench.loadgen.client import CompletionRequest, make_session, run_burst, run_concurrency, send_request
 from lorabench.testing import start_in_process
 
@@ -86,7 +85,9 @@ def test_stalled_stream_times_out(servers):
 def test_burst_sends_all_at_once(servers):
     async def go():
         async with make_session(16) as s:
-            return await run_burst(s, servers["ok"], [CompletionRequest(f"r{i}", "a", "m", "x", 4) for i in range(16)], 10)
+            return await run_burst(
+                s, servers["ok"], [CompletionRequest(f"r{i}", "a", "m", "x", 4) for i in range(16)], 10
+            )
 
     recs = asyncio.run(go())
     assert len(recs) == 16 and all(r.ok for r in recs)

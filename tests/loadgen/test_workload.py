@@ -17,8 +17,10 @@ def test_cycle_assignment_and_determinism():
 
 
 def test_weighted_and_zipf_are_seeded():
-    conds = {"w": {"adapters": ["a", "b"], "assignment": "weighted", "weights": [9, 1]},
-             "z": {"adapters": [f"x{i}" for i in range(50)], "assignment": "zipf", "zipf_s": 1.2}}
+    conds = {
+        "w": {"adapters": ["a", "b"], "assignment": "weighted", "weights": [9, 1]},
+        "z": {"adapters": [f"x{i}" for i in range(50)], "assignment": "zipf", "zipf_s": 1.2},
+    }
     rs = build_request_set(WL, conds, [400])
     w = Counter(r["adapter"] for r in rs["sets"]["w/400"])
     assert w["a"] > 3 * w["b"]

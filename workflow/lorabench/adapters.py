@@ -38,9 +38,7 @@ def lora_parameter_count(model_config: dict[str, Any], rank: int, target_modules
     return per_layer * int(model_config["num_hidden_layers"])
 
 
-def build_adapter(
-    model_dir: Path, name: str, spec: dict[str, Any], out_dir: Path, base_params: int
-) -> dict[str, Any]:
+def build_adapter(model_dir: Path, name: str, spec: dict[str, Any], out_dir: Path, base_params: int) -> dict[str, Any]:
     """Create one PEFT LoRA adapter with seeded random weights and return its manifest."""
     import torch
     from peft import LoraConfig, get_peft_model
@@ -65,14 +63,14 @@ def build_adapter(
                 p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32).to(p.dtype) * std)
     trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
     out_dir.mkdir(parents=True, exist_ok=True)
-    peft_model.save_pretrained(out_dir, safe_serialization=True)
+    peft_model.save_pretrained(str(out_dir), safe_serialization=True)
     files = {
         p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
         for p in sorted(out_dir.iterdir())
         if p.is_file() and p.name != "manifest.json"
     }
     dtype = str(next(p for n, p in peft_model.named_parameters() if "lora_A" in n).dtype).replace("torch.", "")
-    manifest = {
+    manifest: dict[str, Any] = {
         "name": name,
         "path": str(out_dir.resolve()),
         "rank": int(spec["rank"]),
@@ -90,8 +88,12 @@ def build_adapter(
     }
     log.info(
         "adapter %s: rank %d on %s, %s trainable parameters (%.3f%% of base), %s bytes on disk",
-        name, manifest["rank"], ",".join(manifest["target_modules"]), f"{trainable:,}",
-        manifest["share_of_base_pct"], f"{manifest['bytes_on_disk']:,}",
+        name,
+        manifest["rank"],
+        ",".join(spec["target_modules"]),
+        f"{trainable:,}",
+        manifest["share_of_base_pct"],
+        f"{manifest['bytes_on_disk']:,}",
     )
     write_json(out_dir / "manifest.json", manifest)
     return manifest

@@ -94,10 +94,14 @@ def render_from_bundle(bundle: Path, out_dir: Path) -> Path:
         out_dir.mkdir(parents=True, exist_ok=True)
         html = out_dir / "index.html"
         render_report(
-            study=root, config=prov["config"], summary_path=str(r / "results/summary/summary.json"),
-            verdicts_path=str(r / "results/claims/verdicts.json"), model_path=str(r / "results/model/manifest.json"),
+            study=root,
+            config=prov["config"],
+            summary_path=str(r / "results/summary/summary.json"),
+            verdicts_path=str(r / "results/claims/verdicts.json"),
+            model_path=str(r / "results/model/manifest.json"),
             adapter_paths=sorted(str(p) for p in (r / "results/adapters").glob("*.json")),
             env_paths=sorted(str(p) for p in (r / "results/envs").glob("*.json")),
-            out_html=html, out_provenance=out_dir / "provenance.json",
+            out_html=html,
+            out_provenance=out_dir / "provenance.json",
         )
     return html

@@ -6,7 +6,13 @@ Verdicts are computed, never written by hand:
 - ``contradicted``: comparable, and the rule fails (opposite direction, or a behaviour that does not hold);
 - ``not comparable``: the run differs in hardware or model size (said plainly, with our figure for reference),
   or the claim is an external figure no run of ours measures;
+- ``inconclusive``: comparable, the median misses the claim, but the claimed figure lies inside the range our
+  repetitions span (min-max of numerator and denominator), so the data cannot tell;
 - ``not run``: the measurement the claim needs was not made here (and why).
+
+Absolute figures (tok/s, MiB, seconds, counts of graph captures) are only comparable on the hardware they were
+measured on; percent changes and behaviours are judged on any GPU with the claim's model, and the report says
+which hardware each side used.
 """
 
 from __future__ import annotations
@@ -25,7 +31,10 @@ from .io import read_json, write_json
 
 log = logging.getLogger(__name__)
 
-VERDICTS = ("reproduced", "direction only", "contradicted", "not comparable", "not run")
+VERDICTS = ("reproduced", "direction only", "inconclusive", "contradicted", "not comparable", "not run")
+ABSOLUTE_UNITS = ("tok_s", "MiB", "s", "ms")
+# Filled by measure() for ratio claims of throughput: the span of ratios the repetitions allow.
+_INTERVALS: dict[str, tuple[float, float]] = {}
 REFERENCE_ARCH = Path(__file__).resolve().parents[2] / "config" / "models" / "qwen3-1.7b.json"
 _METRIC_COLS = {
     "throughput_tok_s": "throughput_median",
@@ -51,6 +60,8 @@ class Context:
         self.hardware = summary.get("hardware") or "cpu"
         self.model_params = int(model.get("parameters") or 0)
         self.bursts = sorted({r["burst"] for r in self.rows if r.get("burst") is not None})
+        devices = [f.get("device") for f in self.facts if f.get("hardware") == "gpu" and f.get("device")]
+        self.gpu_name: str = devices[0] if devices else ""
 
 
 def _matches(row: dict[str, Any], sel: dict[str, Any], ignore_burst: bool = False) -> bool:
@@ -113,6 +124,11 @@ def measure(claim: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, s
         if a is None or b is None or b == 0:
             return None, f"{m['metric']} missing", []
         note = "; ".join(x for x in {n1, n2} if x)
+        if m["metric"] == "throughput_tok_s" and num.get("throughput_min") and den.get("throughput_max"):
+            _INTERVALS[claim["id"]] = (
+                100.0 * (num["throughput_min"] / den["throughput_max"] - 1),
+                100.0 * (num["throughput_max"] / den["throughput_min"] - 1),
+            )
         return 100.0 * (a / b - 1), note, [_evidence(num), _evidence(den)]
     if kind == "metric":
         row, note = select_row(ctx, m["select"], fallback)
@@ -133,9 +149,14 @@ def _artifact(key: str, ctx: Context) -> tuple[Any, str, list[str]]:
         arch = json.loads(REFERENCE_ARCH.read_text())
         targets = ["q_proj", "k_proj", "v_proj", "o_proj"]
         ranks = [r for r in (4, 8, 16, 32, 64) if lora_parameter_count(arch, r, targets) == 3_211_264]
-        return (ranks[0] if ranks else None), (
-            "rank whose q/k/v/o LoRA on the Qwen3-1.7B architecture has 3,211,264 parameters "
-            f"(rank 16 would have {lora_parameter_count(arch, 16, targets):,})"), ["config/models/qwen3-1.7b.json"]
+        return (
+            (ranks[0] if ranks else None),
+            (
+                "rank whose q/k/v/o LoRA on the Qwen3-1.7B architecture has 3,211,264 parameters "
+                f"(rank 16 would have {lora_parameter_count(arch, 16, targets):,})"
+            ),
+            ["config/models/qwen3-1.7b.json"],
+        )
     if not ctx.adapters:
         return None, "no adapters built", []
     a = ctx.adapters[0]
@@ -147,27 +168,52 @@ def _artifact(key: str, ctx: Context) -> tuple[Any, str, list[str]]:
     }
     if key not in vals:
         raise ValueError(f"unknown artifact key {key!r}")
-    return vals[key], f"adapter {a['name']} (rank {a['rank']}, {','.join(a['target_modules'])})", [f"adapters/{a['name']}"]
+    return (
+        vals[key],
+        f"adapter {a['name']} (rank {a['rank']}, {','.join(a['target_modules'])})",
+        [f"adapters/{a['name']}"],
+    )
 
 
 def _probe(name: str, ctx: Context) -> tuple[Any, str, list[str]]:
     rt = ctx.runtime[0] if ctx.runtime else None
-    rt_reason = (ctx.runtime_all[0].get("status") if ctx.runtime_all else "no runtime_load in this study")
+    rt_reason = str(ctx.runtime_all[0].get("status")) if ctx.runtime_all else "no runtime_load in this study"
     if name in ("wrong_model_rejected", "models_listed"):
         key = "wrong_model_rejected" if name == "wrong_model_rejected" else "models_listed_ok"
         vals = {s: f.get("probes", {}).get(key) for s, f in ctx.raw_facts.items() if f.get("status") == "ok"}
         if not vals:
             return None, "no server ran", []
-        detail = {s: f.get("probes", {}).get("wrong_model_status") for s, f in ctx.raw_facts.items()
-                  if f.get("status") == "ok"} if key == "wrong_model_rejected" else {}
-        return all(vals.values()), (f"HTTP status per server: {detail}" if detail else f"{len(vals)} servers"), \
-            [f"server:{s}" for s in vals]
+        detail = (
+            {
+                s: f.get("probes", {}).get("wrong_model_status")
+                for s, f in ctx.raw_facts.items()
+                if f.get("status") == "ok"
+            }
+            if key == "wrong_model_rejected"
+            else {}
+        )
+        return (
+            all(vals.values()),
+            (f"HTTP status per server: {detail}" if detail else f"{len(vals)} servers"),
+            [f"server:{s}" for s in vals],
+        )
     if name == "cold_slower_than_resident":
         if not rt:
             return None, rt_reason, []
-        return rt["cold_slower_than_resident"], (
-            f"median latency cold {rt['cold_latency_ms_median']:.1f} ms vs resident {rt['resident_latency_ms_median']:.1f} ms "
-            f"(warmed new adapter {rt['warm_latency_ms_median']:.1f} ms)"), ["runtime_load"]
+        # "Slower" must exceed the resident adapter's own variation across cycles (and at least 2 %).
+        resident = [c["resident_latency_ms"] for c in rt["cycles"]]
+        res_med = statistics.median(resident)
+        margin = max(0.02, (max(resident) - min(resident)) / res_med)
+        cold = rt["cold_latency_ms_median"]
+        return (
+            cold > res_med * (1 + margin),
+            (
+                f"median latency cold {cold:.1f} ms vs resident {res_med:.1f} ms ({100 * (cold / res_med - 1):+.1f}%; "
+                f"counts as slower above +{100 * margin:.1f}%, the resident requests' own range); warmed new "
+                f"adapter {rt['warm_latency_ms_median']:.1f} ms"
+            ),
+            ["runtime_load"],
+        )
     if name == "runtime_load_seconds":
         if not rt:
             return None, rt_reason, []
@@ -176,7 +222,11 @@ def _probe(name: str, ctx: Context) -> tuple[Any, str, list[str]]:
         if not rt or not rt.get("max_cpu_loras_probe"):
             return None, rt_reason if not rt else "engine has no max_cpu_loras", []
         p = rt["max_cpu_loras_probe"]
-        return p["refused"], f"max_loras {p['max_loras']}, max_cpu_loras {p['max_cpu_loras']}: {p['detail']}", ["runtime_load"]
+        return (
+            p["refused"],
+            f"max_loras {p['max_loras']}, max_cpu_loras {p['max_cpu_loras']}: {p['detail']}",
+            ["runtime_load"],
+        )
     if name == "readiness_seconds_lora_vs_off":
         on = [f["readiness_s"] for f in ctx.facts if f.get("lora") and f.get("readiness_s")]
         off = [f["readiness_s"] for f in ctx.facts if f.get("lora") is False and f.get("readiness_s")]
@@ -185,24 +235,51 @@ def _probe(name: str, ctx: Context) -> tuple[Any, str, list[str]]:
         a, b = statistics.median(on), statistics.median(off)
         return a > b, f"median readiness LoRA on {a:.1f} s vs off {b:.1f} s", ["server_facts"]
     if name == "first_measurement_low":
-        rows = [r for r in ctx.rows if r.get("lora") and r.get("condition") != "base" and r.get("status") == "ok"
-                and r.get("warmup_throughput") and r.get("throughput_min")]
+        rows = [
+            r
+            for r in ctx.rows
+            if r.get("lora")
+            and r.get("condition") != "base"
+            and r.get("status") == "ok"
+            and r.get("warmup_throughput")
+            and r.get("throughput_min")
+        ]
         if not rows:
             return None, "no adapter rows measured", []
         low = [r for r in rows if r["warmup_throughput"] < r["throughput_min"]]
-        return len(low) * 2 > len(rows), (
-            f"first (warm-up) burst below every measured repetition in {len(low)} of {len(rows)} adapter rows"), \
-            [_evidence(r) for r in low[:4]]
+        return (
+            len(low) * 2 > len(rows),
+            (f"first (warm-up) burst below every measured repetition in {len(low)} of {len(rows)} adapter rows"),
+            [_evidence(r) for r in low[:4]],
+        )
     raise ValueError(f"unknown probe {name!r}")
 
 
 def _server_fact(fact: str, sel: dict[str, Any], ctx: Context) -> tuple[Any, str, list[str]]:
-    col = {"gpu_memory_mib": "gpu_mem_ready_mib", "readiness_s": "readiness_s",
-           "cuda_graph_captures": "cuda_graph_captures"}[fact]
+    col = {
+        "gpu_memory_mib": "gpu_mem_ready_mib",
+        "readiness_s": "readiness_s",
+        "cuda_graph_captures": "cuda_graph_captures",
+    }[fact]
     rows = [f for f in ctx.facts if all(f.get(k) == v for k, v in sel.items() if k not in ("condition", "burst"))]
     ran = [f for f in rows if f.get("status") == "ok"]
     if not ran:
         return None, (rows[0]["status"] if rows else f"no server matches {sel}"), []
+    if fact == "cuda_graph_captures":
+        # vLLM captures PIECEWISE graphs and, in newer versions, FULL graphs too; published counts are the
+        # PIECEWISE ones (one per batch size, per LoRA state), so that is the comparable figure.
+        piece = [
+            (ctx.raw_facts.get(f["server"], {}).get("log", {}).get("cuda_graph_bars") or {}).get("PIECEWISE")
+            for f in ran
+        ]
+        counts = [int(p) for p in piece if p is not None]
+        if counts and len(counts) == len(piece):
+            total = [f[col] for f in ran]
+            return (
+                statistics.median(counts),
+                f"PIECEWISE captures (all modes: {total})",
+                [f"server:{f['server']}" for f in ran],
+            )
     vals = [f[col] for f in ran if f.get(col) is not None]
     if not vals:
         why = "no GPU on this machine" if fact == "gpu_memory_mib" and ctx.hardware == "cpu" else f"{col} not reported"
@@ -221,7 +298,19 @@ def comparability(claim: dict[str, Any], ctx: Context) -> str:
         return ""
     reasons = []
     if scope.get("hardware") == "gpu" and ctx.hardware != "gpu":
-        reasons.append(f"claim measured on a GPU ({(claim.get('context') or {}).get('hardware', 'GPU')}); this run: CPU")
+        reasons.append(
+            f"claim measured on a GPU ({(claim.get('context') or {}).get('hardware', 'GPU')}); this run: CPU"
+        )
+    claim_hw = str((claim.get("context") or {}).get("hardware") or "")
+    kind = claim["measure"]["kind"]
+    if (
+        ctx.hardware == "gpu"
+        and kind in ("metric", "server_fact")
+        and claim["claimed"].get("unit") in ABSOLUTE_UNITS
+        and ctx.gpu_name
+        and ctx.gpu_name.split()[-1] not in claim_hw
+    ):
+        reasons.append(f"absolute figure measured on {claim_hw or 'other hardware'}; this run: {ctx.gpu_name}")
     mp = scope.get("model_params")
     if mp and ctx.model_params and abs(ctx.model_params - mp) / mp > 0.01:
         reasons.append(f"claim's model has {mp:,} parameters; this run's has {ctx.model_params:,}")
@@ -229,7 +318,10 @@ def comparability(claim: dict[str, Any], ctx: Context) -> str:
 
 
 def apply_rule(claim: dict[str, Any], value: Any) -> str:
+    """reproduced / direction only / contradicted for one measured value. "direction only" exists only for
+    percent changes (ratio claims): a spread or an absolute figure has no direction."""
     rule = claim["rule"]
+    directional = claim.get("measure", {}).get("kind") == "ratio"
     t = str(rule["type"])
     c = claim["claimed"]
     if t == "true":
@@ -245,13 +337,13 @@ def apply_rule(claim: dict[str, Any], value: Any) -> str:
         target = float(c["value"])
         if abs(value - target) <= tol:
             return "reproduced"
-        return "direction only" if c.get("unit") == "pct" and value * target > 0 else "contradicted"
+        return "direction only" if directional and value * target > 0 else "contradicted"
     if t == "range":
         lo, hi = float(c["low"]), float(c["high"])
         if lo - tol <= value <= hi + tol:
             return "reproduced"
         mid = (lo + hi) / 2
-        return "direction only" if c.get("unit") == "pct" and value * mid > 0 else "contradicted"
+        return "direction only" if directional and value * mid > 0 else "contradicted"
     raise ValueError(f"claim {claim['id']}: unknown rule type {t!r}")
 
 
@@ -269,18 +361,42 @@ def evaluate(claims: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]
             why = note
         elif reason:
             verdict = "not comparable"
-            why = reason + (f". For reference, this run: {_fmt(value)} ({rule_result} under the claim's rule)"
-                            + (f"; {note}" if note else ""))
+            why = reason + (
+                f". For reference, this run: {_fmt(value)} ({rule_result} under the claim's rule)"
+                + (f"; {note}" if note else "")
+            )
         else:
             verdict = rule_result or "not run"
             why = note
-        out.append({
-            "id": claim["id"], "source": claim["source"], "section": str(claim["section"]),
-            "statement": claim["statement"], "claimed": claim["claimed"], "context": claim.get("context"),
-            "measure": claim["measure"], "rule": claim["rule"], "measured": value,
-            "measured_text": _fmt(value), "claimed_text": _fmt_claim(claim["claimed"]),
-            "rule_result": rule_result, "verdict": verdict, "why": why, "evidence": evidence,
-        })
+            span = _INTERVALS.get(claim["id"])
+            if span and verdict in ("direction only", "contradicted"):
+                c = claim["claimed"]
+                lo, hi = (c["low"], c["high"]) if "low" in c else (c.get("value"), c.get("value"))
+                if c.get("unit") == "pct" and lo is not None and hi is not None and hi >= span[0] and lo <= span[1]:
+                    verdict = "inconclusive"
+                    why = (
+                        f"median {_fmt(value)}% misses the claim ({rule_result} by the rule), but our repetitions "
+                        f"span {span[0]:.1f}% to {span[1]:.1f}%, which includes it" + (f"; {note}" if note else "")
+                    )
+        out.append(
+            {
+                "id": claim["id"],
+                "source": claim["source"],
+                "section": str(claim["section"]),
+                "statement": claim["statement"],
+                "claimed": claim["claimed"],
+                "context": claim.get("context"),
+                "measure": claim["measure"],
+                "rule": claim["rule"],
+                "measured": value,
+                "measured_text": _fmt(value),
+                "claimed_text": _fmt_claim(claim["claimed"]),
+                "rule_result": rule_result,
+                "verdict": verdict,
+                "why": why,
+                "evidence": evidence,
+            }
+        )
     return out
 
 
@@ -297,7 +413,9 @@ def _fmt(v: Any) -> str:
 
 
 def _fmt_claim(c: dict[str, Any]) -> str:
-    unit = {"pct": "%", "tok_s": " tok/s", "ms": " ms", "s": " s", "MiB": " MiB", "MB": " MB"}.get(c.get("unit"), "")
+    unit = {"pct": "%", "tok_s": " tok/s", "ms": " ms", "s": " s", "MiB": " MiB", "MB": " MB"}.get(
+        str(c.get("unit")), ""
+    )
     if "low" in c:
         return f"{_fmt(c['low'])} to {_fmt(c['high'])}{unit}"
     return f"{_fmt(c.get('value'))}{unit}"
@@ -317,12 +435,14 @@ def load_claims(path: str | Path) -> list[dict[str, Any]]:
     return claims
 
 
-def evaluate_file(claims_path: str, summary_path: str, model_path: str, adapter_paths: list[str],
-                  out_path: str) -> list[dict[str, Any]]:
+def evaluate_file(
+    claims_path: str, summary_path: str, model_path: str, adapter_paths: list[str], out_path: str
+) -> list[dict[str, Any]]:
     ctx = Context(read_json(summary_path), read_json(model_path), [read_json(p) for p in adapter_paths])
     results = evaluate(load_claims(claims_path), ctx)
     counts = {v: sum(r["verdict"] == v for r in results) for v in VERDICTS}
-    write_json(out_path, {"hardware": ctx.hardware, "model_params": ctx.model_params, "counts": counts,
-                          "claims": results})
+    write_json(
+        out_path, {"hardware": ctx.hardware, "model_params": ctx.model_params, "counts": counts, "claims": results}
+    )
     log.info("claims: %s", ", ".join(f"{k} {v}" for k, v in counts.items()))
     return results

@@ -69,7 +69,9 @@ def check_references(config: dict[str, Any]) -> None:
                 raise ConfigError(f"conditions.{cname}.adapters: unknown adapter {a!r} (known: {sorted(adapters)})")
     for sid, srv in config["servers"].items():
         if srv["engine"] not in config["engines"]:
-            raise ConfigError(f"servers.{sid}.engine: unknown engine {srv['engine']!r} (known: {sorted(config['engines'])})")
+            raise ConfigError(
+                f"servers.{sid}.engine: unknown engine {srv['engine']!r} (known: {sorted(config['engines'])})"
+            )
         for c in srv["conditions"]:
             if c not in config["conditions"]:
                 raise ConfigError(f"servers.{sid}.conditions: unknown condition {c!r}")

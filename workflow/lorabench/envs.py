@@ -29,8 +29,9 @@ def _run(argv: list[str], env: dict[str, str] | None = None, what: str = "", hea
     """Run a command, its output to the job log, with a progress line every ``heartbeat_s`` on long steps."""
     log.info("%s: %s", what or "run", " ".join(argv))
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        argv, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     out_chunks: list[str] = []
     err_chunks: list[str] = []
 
@@ -39,8 +40,10 @@ def _run(argv: list[str], env: dict[str, str] | None = None, what: str = "", hea
             sink.append(line)
             sys.stderr.write(line)
 
-    threads = [threading.Thread(target=pump, args=(proc.stdout, out_chunks), daemon=True),
-               threading.Thread(target=pump, args=(proc.stderr, err_chunks), daemon=True)]
+    threads = [
+        threading.Thread(target=pump, args=(proc.stdout, out_chunks), daemon=True),
+        threading.Thread(target=pump, args=(proc.stderr, err_chunks), daemon=True),
+    ]
     for t in threads:
         t.start()
     while True:
@@ -94,8 +97,10 @@ def build_venv(spec: dict[str, Any]) -> Path:
     log.info("building engine environment %s (a few minutes)", venv)
     _run([_interpreter(spec["python_version"]), "-m", "venv", str(venv)], what="venv")
     py = str(venv / "bin" / "python")
-    _run([py, "-m", "pip", "install", "--no-deps", "--no-input", "--progress-bar", "off", "-r", str(req)],
-         what=f"pip install -r {req}")
+    _run(
+        [py, "-m", "pip", "install", "--no-deps", "--no-input", "--progress-bar", "off", "-r", str(req)],
+        what=f"pip install -r {req}",
+    )
     if spec.get("remove"):
         _run([py, "-m", "pip", "uninstall", "-y", *spec["remove"]], what="pip uninstall")
     marker.write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z") + "\n")
@@ -125,8 +130,13 @@ def prepare_env(spec: dict[str, Any], info_path: str | Path, freeze_path: str | 
             f"engines.{spec['engine']}.version: config says {spec['version']} but {python} has {version}"
         )
     frozen = freeze(python, env)
-    info.update(status="ok", python=python, env=env, version=version,
-                python_version=_run([python, "-c", "import sys; print(sys.version.split()[0])"], env).strip())
+    info.update(
+        status="ok",
+        python=python,
+        env=env,
+        version=version,
+        python_version=_run([python, "-c", "import sys; print(sys.version.split()[0])"], env).strip(),
+    )
     write_text_atomic(freeze_path, frozen)
     write_json(info_path, info)
     log.info("engine %s: %s %s at %s", spec["engine"], spec["kind"], version, python)

@@ -113,8 +113,9 @@ async def _probe(session: aiohttp.ClientSession, base_url: str, engine: Engine, 
     expected = sorted({spec.served_name, *(engine.request_model(spec, a) for a in spec.adapters)})
     out["models_expected"] = expected
     out["models_listed_ok"] = all(m in out["models_listed"] for m in expected)
-    bad = CompletionRequest("probe/wrong-model", "no-such-adapter", engine.request_model(spec, "no-such-adapter-x"),
-                            "hello", 4)
+    bad = CompletionRequest(
+        "probe/wrong-model", "no-such-adapter", engine.request_model(spec, "no-such-adapter-x"), "hello", 4
+    )
     payload = bad.payload()
     payload["stream"] = False
     payload.pop("stream_options", None)
@@ -125,8 +126,9 @@ async def _probe(session: aiohttp.ClientSession, base_url: str, engine: Engine, 
     return out
 
 
-async def _measure_all(job: LoadtestJob, engine: Engine, spec: ServerSpec, srv: ManagedServer,
-                       rset: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+async def _measure_all(
+    job: LoadtestJob, engine: Engine, spec: ServerSpec, srv: ManagedServer, rset: dict[str, Any]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
     records: list[dict[str, Any]] = []
     measurements: list[dict[str, Any]] = []
     metric_rows: list[dict[str, Any]] = []
@@ -137,23 +139,36 @@ async def _measure_all(job: LoadtestJob, engine: Engine, spec: ServerSpec, srv: 
             for burst in sorted(job.bursts):
                 for w in range(job.warmup_bursts):
                     reqs = _requests_for(engine, spec, rset, cond, burst, f"warmup{w}")
-                    recs = await run_burst(session, srv.base_url, reqs, job.request_timeout_s)
+                    warm_recs = await run_burst(session, srv.base_url, reqs, job.request_timeout_s)
                     mid = f"warmup/{cond}/{burst}/{w}"
-                    base = {"server": spec.server_id, "condition": cond, "burst": burst, "rep": -1 - w,
-                            "order": -1, "warmup": True, "measurement_id": mid}
-                    row = measurement_row(recs, base)
+                    base = {
+                        "server": spec.server_id,
+                        "condition": cond,
+                        "burst": burst,
+                        "rep": -1 - w,
+                        "order": -1,
+                        "warmup": True,
+                        "measurement_id": mid,
+                    }
+                    row = measurement_row(warm_recs, base)
                     measurements.append(row)
-                    records += [{**r.to_row(), **base} for r in recs]
-                    log.info("warm-up %-10s burst %3d: %8.1f tok/s, %d errors", cond, burst,
-                             row["throughput_tok_s"], row["n_errors"])
+                    records += [{**r.to_row(), **base} for r in warm_recs]
+                    log.info(
+                        "warm-up %-10s burst %3d: %8.1f tok/s, %d errors",
+                        cond,
+                        burst,
+                        row["throughput_tok_s"],
+                        row["n_errors"],
+                    )
         plan = measurement_plan(job.conditions, job.bursts, job.repetitions, job.shuffle_seed)
         gpu_peak: dict[int, int] = {}
         t_start = time.monotonic()
         for i, cell in enumerate(plan):
             cond, burst, rep = cell["condition"], cell["burst"], cell["rep"]
             mid = f"{cond}/{burst}/{rep}"
-            sampler = MetricsSampler(session, srv.base_url + engine.metrics_path, engine.metric_prefixes,
-                                     job.metrics_interval_s)
+            sampler = MetricsSampler(
+                session, srv.base_url + engine.metrics_path, engine.metric_prefixes, job.metrics_interval_s
+            )
             sampler.start()
             recs: list[RequestRecord] = []
             for k in range(job.bursts_per_measurement):
@@ -162,8 +177,15 @@ async def _measure_all(job: LoadtestJob, engine: Engine, spec: ServerSpec, srv: 
             samples = await sampler.stop()
             for g in gpu_memory() or []:
                 gpu_peak[g["index"]] = max(gpu_peak.get(g["index"], 0), g["used_mib"])
-            base = {"server": spec.server_id, "condition": cond, "burst": burst, "rep": rep, "order": cell["order"],
-                    "warmup": False, "measurement_id": mid}
+            base = {
+                "server": spec.server_id,
+                "condition": cond,
+                "burst": burst,
+                "rep": rep,
+                "order": cell["order"],
+                "warmup": False,
+                "measurement_id": mid,
+            }
             row = measurement_row(recs, base)
             row["metrics"] = summarize_samples(samples)
             measurements.append(row)
@@ -171,18 +193,35 @@ async def _measure_all(job: LoadtestJob, engine: Engine, spec: ServerSpec, srv: 
             metric_rows += [{**s, "measurement_id": mid} for s in samples]
             elapsed = time.monotonic() - t_start
             eta = elapsed / (i + 1) * (len(plan) - i - 1)
-            log.info("[%s %d/%d] %-10s burst %3d rep %d: %8.1f tok/s, ITL %.1f ms, %d errors (eta %.0f s)",
-                     spec.server_id, i + 1, len(plan), cond, burst, rep, row["throughput_tok_s"],
-                     row["itl_median_ms"], row["n_errors"], eta)
+            log.info(
+                "[%s %d/%d] %-10s burst %3d rep %d: %8.1f tok/s, ITL %.1f ms, %d errors (eta %.0f s)",
+                spec.server_id,
+                i + 1,
+                len(plan),
+                cond,
+                burst,
+                rep,
+                row["throughput_tok_s"],
+                row["itl_median_ms"],
+                row["n_errors"],
+                eta,
+            )
         probes = await _probe(session, srv.base_url, engine, spec)
         probes["gpu_memory_peak_mib"] = gpu_peak or None
     return records, measurements, metric_rows, probes
 
 
 def _server_config(spec: ServerSpec, conditions: list[str], bursts: list[int]) -> dict[str, Any]:
-    return {"lora": spec.lora, "max_loras": spec.max_loras, "max_cpu_loras": spec.max_cpu_loras,
-            "max_lora_rank": spec.max_lora_rank, "adapters": sorted(spec.adapters), "conditions": conditions,
-            "bursts": sorted(bursts), "args": spec.args}
+    return {
+        "lora": spec.lora,
+        "max_loras": spec.max_loras,
+        "max_cpu_loras": spec.max_cpu_loras,
+        "max_lora_rank": spec.max_lora_rank,
+        "adapters": sorted(spec.adapters),
+        "conditions": conditions,
+        "bursts": sorted(bursts),
+        "args": spec.args,
+    }
 
 
 def run_loadtest(job: LoadtestJob) -> dict[str, Any]:
@@ -199,11 +238,24 @@ def run_loadtest(job: LoadtestJob) -> dict[str, Any]:
     server_log = out / "server.log.partial"
     server_log.unlink(missing_ok=True)
     port = free_port(job.host)
-    srv = ManagedServer(engine.command(spec, job.host, port), {**engine.environment(spec), **spec.env},
-                        server_log, job.host, port, engine.ready_path, pidfile=out / "server.pid")
-    facts: dict[str, Any] = {"server": spec.server_id, "engine": spec.engine, "engine_version": job.engine_version,
-                             "status": "ok", "config": _server_config(spec, job.conditions, job.bursts),
-                             "argv": srv.argv, "machine": machine_facts()}
+    srv = ManagedServer(
+        engine.command(spec, job.host, port),
+        {**engine.environment(spec), **spec.env},
+        server_log,
+        job.host,
+        port,
+        engine.ready_path,
+        pidfile=out / "server.pid",
+    )
+    facts: dict[str, Any] = {
+        "server": spec.server_id,
+        "engine": spec.engine,
+        "engine_version": job.engine_version,
+        "status": "ok",
+        "config": _server_config(spec, job.conditions, job.bursts),
+        "argv": srv.argv,
+        "machine": machine_facts(),
+    }
     with terminate_on_signals(), srv:
         facts["gpu_memory_before_mib"] = gpu_memory()
         facts["readiness_s"] = srv.wait_ready(job.readiness_timeout_s)
@@ -274,9 +326,27 @@ def write_not_run(params: dict[str, Any], out_dir: Path, reason: str) -> None:
     for name in ("records.jsonl", "measurements.jsonl", "metrics.jsonl"):
         write_jsonl(out_dir / name, [])
     (out_dir / "server.log").write_text(f"# {reason}\n")
-    write_json(out_dir / "facts.json", {"server": params["server_id"], "engine": params["engine"],
-                                        "engine_version": params["engine_version"], "status": reason,
-                                        "config": {k: params[k] for k in ("lora", "max_loras", "max_cpu_loras",
-                                                   "max_lora_rank", "adapters", "conditions", "bursts", "args")},
-                                        "machine": machine_facts()})
+    write_json(
+        out_dir / "facts.json",
+        {
+            "server": params["server_id"],
+            "engine": params["engine"],
+            "engine_version": params["engine_version"],
+            "status": reason,
+            "config": {
+                k: params[k]
+                for k in (
+                    "lora",
+                    "max_loras",
+                    "max_cpu_loras",
+                    "max_lora_rank",
+                    "adapters",
+                    "conditions",
+                    "bursts",
+                    "args",
+                )
+            },
+            "machine": machine_facts(),
+        },
+    )
     log.info("%s: %s", params["server_id"], reason)

@@ -62,7 +62,7 @@ def build_synthetic(architecture: Path, out_dir: Path, dtype: str, seed: int) ->
     if not model_type:
         raise ValueError(f"{architecture}: architecture file lacks 'model_type'")
     config = AutoConfig.for_model(**arch)
-    config.torch_dtype = dtype
+    config.dtype = dtype
     torch.manual_seed(seed)
     torch_dtype = getattr(torch, dtype)
     device = "cuda" if torch.cuda.is_available() else "cpu"

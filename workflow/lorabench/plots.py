@@ -25,8 +25,9 @@ def throughput_by_condition(rows: list[dict[str, Any]], out: Path, burst: int) -
     for i, s in enumerate(servers):
         xs, ys, lo, hi = [], [], [], []
         for j, c in enumerate(conditions):
-            r = next((r for r in rows if r["server"] == s and r["condition"] == c), None)
-            if r:
+            match = [r for r in rows if r["server"] == s and r["condition"] == c]
+            if match:
+                r = match[0]
                 xs.append(j + i * width)
                 ys.append(r["throughput_median"])
                 lo.append(r["throughput_median"] - r["throughput_min"])
@@ -44,18 +45,27 @@ def throughput_by_condition(rows: list[dict[str, Any]], out: Path, burst: int) -
 
 
 def slot_cliff(rows: list[dict[str, Any]], out: Path) -> Path | None:
-    rows = [r for r in rows if r.get("lora") and r.get("max_loras") and r.get("status") == "ok"
-            and r.get("throughput_median")]
+    rows = [
+        r
+        for r in rows
+        if r.get("lora") and r.get("max_loras") and r.get("status") == "ok" and r.get("throughput_median")
+    ]
     if not rows:
         return None
     fig, ax = plt.subplots(figsize=(6.5, 3.8), dpi=110)
-    for (engine, cond, burst) in sorted({(r["engine"], r["condition"], r["burst"]) for r in rows}):
-        sel = sorted((r for r in rows if (r["engine"], r["condition"], r["burst"]) == (engine, cond, burst)),
-                     key=lambda r: r["max_loras"])
+    for engine, cond, burst in sorted({(r["engine"], r["condition"], r["burst"]) for r in rows}):
+        sel = sorted(
+            (r for r in rows if (r["engine"], r["condition"], r["burst"]) == (engine, cond, burst)),
+            key=lambda r: r["max_loras"],
+        )
         if len(sel) < 2 or cond == "base":
             continue
-        ax.plot([r["max_loras"] for r in sel], [r["throughput_median"] for r in sel], marker="o",
-                label=f"{engine} {cond} (burst {burst})")
+        ax.plot(
+            [r["max_loras"] for r in sel],
+            [r["throughput_median"] for r in sel],
+            marker="o",
+            label=f"{engine} {cond} (burst {burst})",
+        )
     ax.set_xlabel("slots (max LoRAs per batch)")
     ax.set_ylabel("output tok/s (median)")
     ax.set_title("Slot cliff: more distinct adapters than slots")

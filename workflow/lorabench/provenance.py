@@ -15,7 +15,9 @@ from .resources import machine_facts
 
 def code_commit(repo: Path) -> dict[str, Any]:
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=10).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
 
     try:
         commit = git("rev-parse", "HEAD")
@@ -25,8 +27,13 @@ def code_commit(repo: Path) -> dict[str, Any]:
     return {"commit": commit or "unknown", "dirty": dirty}
 
 
-def collect(config: dict[str, Any], model: dict[str, Any], adapters: list[dict[str, Any]], envs: list[dict[str, Any]],
-            server_facts: dict[str, Any]) -> dict[str, Any]:
+def collect(
+    config: dict[str, Any],
+    model: dict[str, Any],
+    adapters: list[dict[str, Any]],
+    envs: list[dict[str, Any]],
+    server_facts: dict[str, Any],
+) -> dict[str, Any]:
     machines = {s: f.get("machine") for s, f in server_facts.items() if f.get("machine")}
     return {
         "lorabench_version": __version__,
@@ -36,11 +43,28 @@ def collect(config: dict[str, Any], model: dict[str, Any], adapters: list[dict[s
         "platform": platform.platform(),
         "render_machine": machine_facts(),
         "measurement_machines": machines,
-        "engines": [{k: e.get(k) for k in ("engine", "kind", "version", "source", "python", "status", "venv")}
-                    for e in envs],
-        "model": {k: model.get(k) for k in ("name", "source", "architecture_file", "parameters", "dtype", "seed", "path")}
+        "engines": [
+            {k: e.get(k) for k in ("engine", "kind", "version", "source", "python", "status", "venv")} for e in envs
+        ],
+        "model": {
+            k: model.get(k) for k in ("name", "source", "architecture_file", "parameters", "dtype", "seed", "path")
+        }
         | {"files": model.get("files")},
-        "adapters": [{k: a.get(k) for k in ("name", "rank", "alpha", "target_modules", "seed", "trainable_parameters",
-                                             "bytes_on_disk", "files")} for a in adapters],
+        "adapters": [
+            {
+                k: a.get(k)
+                for k in (
+                    "name",
+                    "rank",
+                    "alpha",
+                    "target_modules",
+                    "seed",
+                    "trainable_parameters",
+                    "bytes_on_disk",
+                    "files",
+                )
+            }
+            for a in adapters
+        ],
         "config": config,
     }

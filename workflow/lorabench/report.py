@@ -37,8 +37,9 @@ def fmt_num(v: Any, digits: int = 1) -> str:
 def fmt_spread(r: dict[str, Any]) -> str:
     if r.get("status") != "ok" or r.get("throughput_median") is None:
         return r.get("status") or "-"
-    return (f"{r['throughput_median']:,.1f} [{r['throughput_min']:,.1f}-{r['throughput_max']:,.1f}] "
-            f"n={r['throughput_n']}")
+    return (
+        f"{r['throughput_median']:,.1f} [{r['throughput_min']:,.1f}-{r['throughput_max']:,.1f}] n={r['throughput_n']}"
+    )
 
 
 def roofline(rows: list[dict[str, Any]], facts: list[dict[str, Any]], model: dict[str, Any]) -> None:
@@ -53,8 +54,17 @@ def roofline(rows: list[dict[str, Any]], facts: list[dict[str, Any]], model: dic
                 r["roofline_share_pct"] = 100 * r["throughput_median"] / r["roofline_tok_s"]
 
 
-def render_report(study: str, config: dict[str, Any], summary_path: str, verdicts_path: str, model_path: str,
-                  adapter_paths: list[str], env_paths: list[str], out_html: Path, out_provenance: Path) -> None:
+def render_report(
+    study: str,
+    config: dict[str, Any],
+    summary_path: str,
+    verdicts_path: str,
+    model_path: str,
+    adapter_paths: list[str],
+    env_paths: list[str],
+    out_html: Path,
+    out_provenance: Path,
+) -> None:
     summary = read_json(summary_path)
     verdicts = read_json(verdicts_path)
     model = read_json(model_path)
@@ -70,25 +80,49 @@ def render_report(study: str, config: dict[str, Any], summary_path: str, verdict
     for burst in sorted({r["burst"] for r in rows}):
         p = plots.throughput_by_condition(rows, out_dir / f"throughput_burst{burst}.png", burst)
         if p:
-            figures.append({"file": p.name, "caption": f"Throughput per condition and server, burst of {burst}; "
-                                                      "bars are medians, whiskers min-max over repetitions."})
+            figures.append(
+                {
+                    "file": p.name,
+                    "caption": f"Throughput per condition and server, burst of {burst}; "
+                    "bars are medians, whiskers min-max over repetitions.",
+                }
+            )
     slot_fig = plots.slot_cliff(rows, out_dir / "slot_cliff.png")
-    ttft_fig = plots.latency_spread(summary.get("measurements", []), out_dir / "ttft.png", "ttft_median_ms", "TTFT median (ms)")
-    itl_fig = plots.latency_spread(summary.get("measurements", []), out_dir / "itl.png", "itl_median_ms", "ITL median (ms)")
+    ttft_fig = plots.latency_spread(
+        summary.get("measurements", []), out_dir / "ttft.png", "ttft_median_ms", "TTFT median (ms)"
+    )
+    itl_fig = plots.latency_spread(
+        summary.get("measurements", []), out_dir / "itl.png", "itl_median_ms", "ITL median (ms)"
+    )
     prov = provenance.collect(config, model, adapters, envs, summary.get("server_facts_raw", {}))
     write_json(out_provenance, prov)
     engines_in_study = sorted({r["engine"] for r in rows})
     slot_rows = [r for r in rows if r.get("lora") and r.get("max_loras")]
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=jinja2.select_autoescape(["html", "j2"]),
-                             undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=jinja2.select_autoescape(["html", "j2"]),
+        undefined=jinja2.StrictUndefined,
+    )
     env.filters["num"] = fmt_num
     env.filters["spread"] = fmt_spread
     html = env.get_template("report.html.j2").render(
-        study=study, summary=summary, rows=rows, facts=summary["facts"], runtime=summary.get("runtime", []),
-        verdicts=verdicts, model=model, adapters=adapters, envs=envs, figures=figures,
-        slot_fig=slot_fig.name if slot_fig else None, ttft_fig=ttft_fig.name if ttft_fig else None,
-        itl_fig=itl_fig.name if itl_fig else None, prov=prov, engines_in_study=engines_in_study,
-        slot_rows=slot_rows, conditions=summary.get("conditions", {}),
+        study=study,
+        summary=summary,
+        rows=rows,
+        facts=summary["facts"],
+        runtime=summary.get("runtime", []),
+        verdicts=verdicts,
+        model=model,
+        adapters=adapters,
+        envs=envs,
+        figures=figures,
+        slot_fig=slot_fig.name if slot_fig else None,
+        ttft_fig=ttft_fig.name if ttft_fig else None,
+        itl_fig=itl_fig.name if itl_fig else None,
+        prov=prov,
+        engines_in_study=engines_in_study,
+        slot_rows=slot_rows,
+        conditions=summary.get("conditions", {}),
         sections=sorted({c["section"] for c in verdicts["claims"]}),
     )
     write_text_atomic(out_html, html)

@@ -16,17 +16,22 @@ def gpu_memory() -> list[dict[str, Any]] | None:
         return None
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,name,memory.used,memory.total,driver_version",
-             "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=10, check=True,
+            [
+                "nvidia-smi",
+                "--query-gpu=index,name,memory.used,memory.total,driver_version",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         ).stdout
     except (subprocess.SubprocessError, OSError):
         return None
     rows = []
     for line in out.strip().splitlines():
         idx, name, used, total, driver = (x.strip() for x in line.split(","))
-        rows.append({"index": int(idx), "name": name, "used_mib": int(used), "total_mib": int(total),
-                     "driver": driver})
+        rows.append({"index": int(idx), "name": name, "used_mib": int(used), "total_mib": int(total), "driver": driver})
     return rows
 
 

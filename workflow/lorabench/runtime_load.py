@@ -40,10 +40,19 @@ async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) 
         return time.perf_counter() - t0, r.status, text[:300]
 
 
-def _reqs(engine: Engine, spec: ServerSpec, adapter: str, n: int, tag: str, rset: dict[str, Any]) -> list[CompletionRequest]:
+def _reqs(
+    engine: Engine, spec: ServerSpec, adapter: str, n: int, tag: str, rset: dict[str, Any]
+) -> list[CompletionRequest]:
     return [
-        CompletionRequest(f"{spec.server_id}/{tag}/{i}", adapter, engine.request_model(spec, adapter), rset["prompt"],
-                          int(rset["max_tokens"]), float(rset["temperature"]), bool(rset["ignore_eos"]))
+        CompletionRequest(
+            f"{spec.server_id}/{tag}/{i}",
+            adapter,
+            engine.request_model(spec, adapter),
+            rset["prompt"],
+            int(rset["max_tokens"]),
+            float(rset["temperature"]),
+            bool(rset["ignore_eos"]),
+        )
         for i in range(n)
     ]
 
@@ -53,22 +62,24 @@ def _med_ms(recs: list[RequestRecord], attr: str) -> float:
     return 1000 * statistics.median(vals) if vals else float("nan")
 
 
-async def load_adapter(session: aiohttp.ClientSession, base_url: str, engine: Engine, name: str, path: str,
-                       allowed: dict[str, str]) -> tuple[float, int, str]:
+async def load_adapter(
+    session: aiohttp.ClientSession, base_url: str, engine: Engine, name: str, path: str, allowed: dict[str, str]
+) -> tuple[float, int, str]:
     if not adapter_path_allowed(path, allowed):
         raise AdapterNotAllowed(f"runtime load refused: {path} is not an adapter this study built or lists")
     url_path, body = engine.load_adapter_request(name, path)
     return await _post(session, base_url + url_path, body)
 
 
-async def _cycles(job: LoadtestJob, rl: dict[str, Any], engine: Engine, spec: ServerSpec, srv: ManagedServer,
-                  rset: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+async def _cycles(
+    job: LoadtestJob, rl: dict[str, Any], engine: Engine, spec: ServerSpec, srv: ManagedServer, rset: dict[str, Any]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     allowed: dict[str, str] = job.extra["all_adapter_paths"]
     new = rl["adapter"]
     resident = sorted(spec.adapters)[0] if spec.adapters else "base"
     n = int(rl.get("burst", 1))
     rows: list[dict[str, Any]] = []
-    cycles = []
+    cycles: list[dict[str, Any]] = []
     async with make_session(max(n, 4)) as session:
         # Refusal check first: a path outside the allowlist never reaches the server.
         try:
@@ -77,42 +88,71 @@ async def _cycles(job: LoadtestJob, rl: dict[str, Any], engine: Engine, spec: Se
         except AdapterNotAllowed:
             refused = True
         for tag in ("warm-base", "warm-resident"):
-            await run_burst(session, srv.base_url, _reqs(engine, spec, "base" if tag == "warm-base" else resident,
-                                                         n, tag, rset), job.request_timeout_s)
+            await run_burst(
+                session,
+                srv.base_url,
+                _reqs(engine, spec, "base" if tag == "warm-base" else resident, n, tag, rset),
+                job.request_timeout_s,
+            )
         for cyc in range(int(rl.get("repeats", 3))):
-            load_s, load_status, load_body = await load_adapter(session, srv.base_url, engine, new, allowed[new], allowed)
-            cold = await run_burst(session, srv.base_url, _reqs(engine, spec, new, n, f"c{cyc}/cold", rset),
-                                   job.request_timeout_s)
+            load_s, load_status, load_body = await load_adapter(
+                session, srv.base_url, engine, new, allowed[new], allowed
+            )
+            cold = await run_burst(
+                session, srv.base_url, _reqs(engine, spec, new, n, f"c{cyc}/cold", rset), job.request_timeout_s
+            )
             warm: list[RequestRecord] = []
             res: list[RequestRecord] = []
             for k in range(int(rl.get("warmed_requests", 5))):
-                warm += await run_burst(session, srv.base_url, _reqs(engine, spec, new, n, f"c{cyc}/warm{k}", rset),
-                                        job.request_timeout_s)
-                res += await run_burst(session, srv.base_url,
-                                       _reqs(engine, spec, resident, n, f"c{cyc}/resident{k}", rset),
-                                       job.request_timeout_s)
+                warm += await run_burst(
+                    session, srv.base_url, _reqs(engine, spec, new, n, f"c{cyc}/warm{k}", rset), job.request_timeout_s
+                )
+                res += await run_burst(
+                    session,
+                    srv.base_url,
+                    _reqs(engine, spec, resident, n, f"c{cyc}/resident{k}", rset),
+                    job.request_timeout_s,
+                )
             path, body = engine.unload_adapter_request(new)
             unload_s, unload_status, unload_body = await _post(session, srv.base_url + path, body)
-            after = await run_burst(session, srv.base_url, _reqs(engine, spec, new, 1, f"c{cyc}/after-unload", rset),
-                                    job.request_timeout_s)
+            after = await run_burst(
+                session, srv.base_url, _reqs(engine, spec, new, 1, f"c{cyc}/after-unload", rset), job.request_timeout_s
+            )
             c = {
                 "cycle": cyc,
-                "load_s": load_s, "load_status": load_status, "load_body": load_body,
-                "unload_s": unload_s, "unload_status": unload_status, "unload_body": unload_body,
-                "cold_latency_ms": _med_ms(cold, "latency_s"), "cold_ttft_ms": _med_ms(cold, "ttft_s"),
-                "warm_latency_ms": _med_ms(warm, "latency_s"), "warm_ttft_ms": _med_ms(warm, "ttft_s"),
-                "resident_latency_ms": _med_ms(res, "latency_s"), "resident_ttft_ms": _med_ms(res, "ttft_s"),
+                "load_s": load_s,
+                "load_status": load_status,
+                "load_body": load_body,
+                "unload_s": unload_s,
+                "unload_status": unload_status,
+                "unload_body": unload_body,
+                "cold_latency_ms": _med_ms(cold, "latency_s"),
+                "cold_ttft_ms": _med_ms(cold, "ttft_s"),
+                "warm_latency_ms": _med_ms(warm, "latency_s"),
+                "warm_ttft_ms": _med_ms(warm, "ttft_s"),
+                "resident_latency_ms": _med_ms(res, "latency_s"),
+                "resident_ttft_ms": _med_ms(res, "ttft_s"),
                 "errors": sum(not r.ok for r in cold + warm + res),
                 "request_after_unload_status": after[0].status,
             }
             cycles.append(c)
-            log.info("runtime load cycle %d: load %.3f s (HTTP %d), cold TTFT %.1f ms, warm %.1f ms, resident %.1f ms,"
-                     " unload %.3f s", cyc, load_s, load_status, c["cold_ttft_ms"], c["warm_ttft_ms"],
-                     c["resident_ttft_ms"], unload_s)
+            log.info(
+                "runtime load cycle %d: load %.3f s (HTTP %d), cold TTFT %.1f ms, warm %.1f ms, resident %.1f ms,"
+                " unload %.3f s",
+                cyc,
+                load_s,
+                load_status,
+                c["cold_ttft_ms"],
+                c["warm_ttft_ms"],
+                c["resident_ttft_ms"],
+                unload_s,
+            )
             for group, recs in (("cold", cold), ("warm", warm), ("resident", res), ("after-unload", after)):
                 rows += [{**r.to_row(), "cycle": cyc, "group": group} for r in recs]
+
     def med(key: str) -> float:
-        return statistics.median(c[key] for c in cycles)
+        return float(statistics.median(float(c[key]) for c in cycles))
+
     result = {
         "adapter": new,
         "resident_adapter": resident,
@@ -133,7 +173,9 @@ async def _cycles(job: LoadtestJob, rl: dict[str, Any], engine: Engine, spec: Se
     return result, rows
 
 
-def probe_cpu_loras(engine: Engine, spec: ServerSpec, host: str, out_dir: Path, timeout_s: float) -> dict[str, Any] | None:
+def probe_cpu_loras(
+    engine: Engine, spec: ServerSpec, host: str, out_dir: Path, timeout_s: float
+) -> dict[str, Any] | None:
     """Start the engine with max_cpu_loras < max_loras and record whether it refuses (exits before ready)."""
     if engine.name != "vllm" or not spec.max_loras or spec.max_loras < 2:
         return None
@@ -141,8 +183,15 @@ def probe_cpu_loras(engine: Engine, spec: ServerSpec, host: str, out_dir: Path, 
     port = free_port(host)
     logp = out_dir / "probe_cpu_loras.log"
     logp.unlink(missing_ok=True)
-    srv = ManagedServer(engine.command(bad, host, port), {**engine.environment(bad), **bad.env}, logp, host, port,
-                        engine.ready_path, pidfile=out_dir / "probe.pid")
+    srv = ManagedServer(
+        engine.command(bad, host, port),
+        {**engine.environment(bad), **bad.env},
+        logp,
+        host,
+        port,
+        engine.ready_path,
+        pidfile=out_dir / "probe.pid",
+    )
     t0 = time.monotonic()
     with srv:
         try:
@@ -152,8 +201,13 @@ def probe_cpu_loras(engine: Engine, spec: ServerSpec, host: str, out_dir: Path, 
             refused = "exited" in str(e)
             lines = [ln for ln in logp.read_text(errors="replace").splitlines() if "max_cpu_loras" in ln]
             detail = lines[-1][-300:] if lines else str(e).splitlines()[0]
-    return {"max_loras": bad.max_loras, "max_cpu_loras": bad.max_cpu_loras, "refused": refused,
-            "detail": detail, "seconds": time.monotonic() - t0}
+    return {
+        "max_loras": bad.max_loras,
+        "max_cpu_loras": bad.max_cpu_loras,
+        "refused": refused,
+        "detail": detail,
+        "seconds": time.monotonic() - t0,
+    }
 
 
 def run_runtime_load(job: LoadtestJob, rl: dict[str, Any]) -> dict[str, Any]:
@@ -170,13 +224,27 @@ def run_runtime_load(job: LoadtestJob, rl: dict[str, Any]) -> dict[str, Any]:
     with terminate_on_signals():
         probe = probe_cpu_loras(engine, spec, job.host, out, job.readiness_timeout_s)
         port = free_port(job.host)
-        srv = ManagedServer(engine.command(spec, job.host, port), {**engine.environment(spec), **spec.env},
-                            server_log, job.host, port, engine.ready_path, pidfile=out / "server.pid")
+        srv = ManagedServer(
+            engine.command(spec, job.host, port),
+            {**engine.environment(spec), **spec.env},
+            server_log,
+            job.host,
+            port,
+            engine.ready_path,
+            pidfile=out / "server.pid",
+        )
         with srv:
             ready_s = srv.wait_ready(job.readiness_timeout_s)
             result, rows = asyncio.run(_cycles(job, rl, engine, spec, srv, rset))
-    result.update(status="ok", server=spec.server_id, engine=spec.engine, engine_version=job.engine_version,
-                  readiness_s=ready_s, max_cpu_loras_probe=probe, machine=machine_facts())
+    result.update(
+        status="ok",
+        server=spec.server_id,
+        engine=spec.engine,
+        engine_version=job.engine_version,
+        readiness_s=ready_s,
+        max_cpu_loras_probe=probe,
+        machine=machine_facts(),
+    )
     write_jsonl(out / "records.jsonl", rows)
     write_json(out / "load.json", result)
     server_log.replace(out / "server.log")

@@ -3,8 +3,8 @@
 ``ManagedServer`` is a context manager. On entry it starts the process in a new session (its own process
 group), asks the kernel to signal it if this process dies (``PR_SET_PDEATHSIG``), and records the group id in
 a pidfile. ``wait_ready`` races health polling against process exit under a deadline. On exit, also on errors,
-SIGINT or SIGTERM, it stops the group: SIGTERM to the leader, a grace period, then the group. A pidfile left by a killed job
-lets the next attempt reap the old group first (``reap_stale``).
+SIGINT or SIGTERM, it stops the group: SIGTERM to the leader, a grace period, then the group. A pidfile left
+by a killed job lets the next attempt reap the old group first (``reap_stale``).
 """
 
 from __future__ import annotations

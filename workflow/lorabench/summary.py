@@ -17,6 +17,32 @@ from .stats import Summary, first_stands_out
 log = logging.getLogger(__name__)
 
 SERVER_KEYS = ("lora", "max_loras", "max_cpu_loras", "max_lora_rank")
+# Columns that hold counts: pandas turns them into floats next to missing values; the JSON keeps them whole.
+INT_KEYS = (
+    "max_loras",
+    "max_cpu_loras",
+    "max_lora_rank",
+    "burst",
+    "throughput_n",
+    "measurements",
+    "measurements_with_errors",
+    "request_errors",
+    "requests",
+    "kv_cache_tokens",
+    "cuda_graph_captures",
+    "gpu_mem_ready_mib",
+    "gpu_mem_peak_mib",
+    "gpu_mem_after_stop_mib",
+    "wrong_model_status",
+)
+
+
+def _record(row: dict[str, Any]) -> dict[str, Any]:
+    out = {k: _clean(v) for k, v in row.items()}
+    for k in INT_KEYS:
+        if isinstance(out.get(k), float):
+            out[k] = int(out[k])
+    return out
 
 
 def _flatten(m: dict[str, Any]) -> dict[str, Any]:
@@ -56,15 +82,27 @@ def summarize_cell(ms: pd.DataFrame) -> dict[str, Any]:
         "first_rep_stands_out": bool(flag),
         "values": [round(float(v), 2) for v in ms["throughput_tok_s"]],
     }
-    for col in ("m_num_requests_running_max", "m_num_requests_waiting_max",
-                "m_num_requests_waiting_by_reason_deferred_max", "m_num_running_reqs_max", "m_num_queue_reqs_max"):
+    for col in (
+        "m_num_requests_running_max",
+        "m_num_requests_waiting_max",
+        "m_num_requests_waiting_by_reason_deferred_max",
+        "m_num_running_reqs_max",
+        "m_num_queue_reqs_max",
+    ):
         if col in ms:
             row[col[2:] + "_median"] = float(ms[col].median())
     return row
 
 
-def aggregate(measurement_files: list[str], fact_files: list[str], runtime_files: list[str], env_files: list[str],
-              baseline: dict[str, Any] | None, conditions: dict[str, Any], out: dict[str, str]) -> dict[str, Any]:
+def aggregate(
+    measurement_files: list[str],
+    fact_files: list[str],
+    runtime_files: list[str],
+    env_files: list[str],
+    baseline: dict[str, Any] | None,
+    conditions: dict[str, Any],
+    out: dict[str, str],
+) -> dict[str, Any]:
     facts = {Path(f).parent.name: read_json(f) for f in fact_files}
     all_rows = []
     for f in measurement_files:
@@ -76,12 +114,21 @@ def aggregate(measurement_files: list[str], fact_files: list[str], runtime_files
     rows: list[dict[str, Any]] = []
     for server, fact in sorted(facts.items()):
         cfg = fact.get("config", {})
-        base = {"server": server, "engine": fact.get("engine"), "engine_version": fact.get("engine_version"),
-                "status": fact.get("status", "ok"), **{k: cfg.get(k) for k in SERVER_KEYS}}
+        base = {
+            "server": server,
+            "engine": fact.get("engine"),
+            "engine_version": fact.get("engine_version"),
+            "status": fact.get("status", "ok"),
+            **{k: cfg.get(k) for k in SERVER_KEYS},
+        }
         for cond in cfg.get("conditions", []):
             for burst in cfg.get("bursts", []):
-                cell = {**base, "condition": cond, "burst": burst,
-                        "adapters": "|".join(conditions.get(cond, {}).get("adapters", []))}
+                cell = {
+                    **base,
+                    "condition": cond,
+                    "burst": burst,
+                    "adapters": "|".join(conditions.get(cond, {}).get("adapters", [])),
+                }
                 if base["status"] == "ok" and len(mdf):
                     sel = mdf[(mdf["server"] == server) & (mdf["condition"] == cond) & (mdf["burst"] == burst)]
                     measured = sel[~sel["warmup"].astype(bool)]
@@ -101,31 +148,47 @@ def aggregate(measurement_files: list[str], fact_files: list[str], runtime_files
         for _, b in bsel.iterrows():
             same = sdf["burst"] == b["burst"]
             if b.get("throughput_median") and not math.isnan(b["throughput_median"]):
-                sdf.loc[same, "ratio_to_baseline_pct"] = 100 * (sdf.loc[same, "throughput_median"] / b["throughput_median"] - 1)
+                sdf.loc[same, "ratio_to_baseline_pct"] = 100 * (
+                    sdf.loc[same, "throughput_median"] / b["throughput_median"] - 1
+                )
                 sdf.loc[same, "baseline"] = f"{baseline['server']}/{baseline['condition']}"
     sdf.drop(columns=["values"], errors="ignore").to_csv(out["summary"], index=False)
+
+    def gpu_used(f: dict[str, Any], key: str) -> Any:
+        g = f.get(key)
+        return sum(x["used_mib"] for x in g) if g else None
 
     frows = []
     for server, f in sorted(facts.items()):
         lg = f.get("log", {})
         probes = f.get("probes", {})
-        def gpu_used(key: str) -> Any:
-            g = f.get(key)
-            return sum(x["used_mib"] for x in g) if g else None
-        frows.append({
-            "server": server, "engine": f.get("engine"), "engine_version": f.get("engine_version"),
-            "status": f.get("status", "ok"), **{k: f.get("config", {}).get(k) for k in SERVER_KEYS},
-            "readiness_s": f.get("readiness_s"), "kv_cache_tokens": lg.get("kv_cache_tokens"),
-            "max_concurrency_x": lg.get("max_concurrency_x"), "cuda_graph_captures": lg.get("cuda_graph_captures"),
-            "attention_backend": lg.get("attention_backend"), "torch_compile_s": lg.get("torch_compile_s"),
-            "engine_init_s": lg.get("engine_init_s"), "gpu_mem_ready_mib": gpu_used("gpu_memory_ready_mib"),
-            "gpu_mem_peak_mib": sum((probes.get("gpu_memory_peak_mib") or {}).values()) or None,
-            "gpu_mem_after_stop_mib": gpu_used("gpu_memory_after_stop_mib"),
-            "host_rss_ready_mib": f.get("host_rss_ready_mib"), "host_rss_end_mib": f.get("host_rss_end_mib"),
-            "hardware": (f.get("machine") or {}).get("hardware"),
-            "device": ((f.get("machine") or {}).get("gpus") or [{}])[0].get("name") or (f.get("machine") or {}).get("cpu"),
-            "models_listed_ok": probes.get("models_listed_ok"), "wrong_model_status": probes.get("wrong_model_status"),
-        })
+
+        frows.append(
+            {
+                "server": server,
+                "engine": f.get("engine"),
+                "engine_version": f.get("engine_version"),
+                "status": f.get("status", "ok"),
+                **{k: f.get("config", {}).get(k) for k in SERVER_KEYS},
+                "readiness_s": f.get("readiness_s"),
+                "kv_cache_tokens": lg.get("kv_cache_tokens"),
+                "max_concurrency_x": lg.get("max_concurrency_x"),
+                "cuda_graph_captures": lg.get("cuda_graph_captures"),
+                "attention_backend": lg.get("attention_backend"),
+                "torch_compile_s": lg.get("torch_compile_s"),
+                "engine_init_s": lg.get("engine_init_s"),
+                "gpu_mem_ready_mib": gpu_used(f, "gpu_memory_ready_mib"),
+                "gpu_mem_peak_mib": sum((probes.get("gpu_memory_peak_mib") or {}).values()) or None,
+                "gpu_mem_after_stop_mib": gpu_used(f, "gpu_memory_after_stop_mib"),
+                "host_rss_ready_mib": f.get("host_rss_ready_mib"),
+                "host_rss_end_mib": f.get("host_rss_end_mib"),
+                "hardware": (f.get("machine") or {}).get("hardware"),
+                "device": ((f.get("machine") or {}).get("gpus") or [{}])[0].get("name")
+                or (f.get("machine") or {}).get("cpu"),
+                "models_listed_ok": probes.get("models_listed_ok"),
+                "wrong_model_status": probes.get("wrong_model_status"),
+            }
+        )
     fdf = pd.DataFrame(frows)
     fdf.to_csv(out["facts"], index=False)
     runtime = [read_json(f) for f in runtime_files]
@@ -134,8 +197,8 @@ def aggregate(measurement_files: list[str], fact_files: list[str], runtime_files
     summary = {
         "baseline": baseline,
         "hardware": hardware,
-        "rows": [{k: _clean(v) for k, v in r.items()} for r in sdf.to_dict("records")],
-        "facts": [{k: _clean(v) for k, v in r.items()} for r in fdf.to_dict("records")],
+        "rows": [_record(r) for r in sdf.to_dict("records")],
+        "facts": [_record(r) for r in fdf.to_dict("records")],
         "server_facts_raw": facts,
         "runtime": runtime,
         "envs": envs,

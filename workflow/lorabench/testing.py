@@ -14,15 +14,25 @@ from aiohttp import web
 
 
 def _event(i: int, finish: str | None = None) -> bytes:
-    body = {"id": "cmpl-x", "object": "text_completion", "created": 0, "model": "m",
-            "choices": [{"index": 0, "text": f" t{i}", "logprobs": None, "finish_reason": finish,
-                         "stop_reason": None}]}
+    body = {
+        "id": "cmpl-x",
+        "object": "text_completion",
+        "created": 0,
+        "model": "m",
+        "choices": [{"index": 0, "text": f" t{i}", "logprobs": None, "finish_reason": finish, "stop_reason": None}],
+    }
     return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
 
 
 def _usage(prompt: int, completion: int) -> bytes:
-    body = {"id": "cmpl-x", "object": "text_completion", "created": 0, "model": "m", "choices": [],
-            "usage": {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}}
+    body = {
+        "id": "cmpl-x",
+        "object": "text_completion",
+        "created": 0,
+        "model": "m",
+        "choices": [],
+        "usage": {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion},
+    }
     return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\ndata: [DONE]\n\n"
 
 
@@ -60,11 +70,15 @@ async def completions(request: web.Request) -> web.StreamResponse:
     return resp
 
 
+async def models(_request: web.Request) -> web.Response:
+    return web.json_response({"data": [{"id": "m"}]})
+
+
 def make_app(fault: str = "", fault_all: bool = False, batch: int = 1, delay: float = 0.0) -> web.Application:
     app = web.Application()
     app["fault"], app["fault_all"], app["batch"], app["delay"] = fault, fault_all, batch, delay
     app.router.add_post("/v1/completions", completions)
-    app.router.add_get("/v1/models", lambda r: web.json_response({"data": [{"id": "m"}]}))
+    app.router.add_get("/v1/models", models)
     return app
 
 
@@ -72,7 +86,7 @@ def _serve(sock: socket.socket, kwargs: dict[str, Any]) -> None:
     web.run_app(make_app(**kwargs), sock=sock, print=None, access_log=None)
 
 
-def start_in_process(**kwargs: Any) -> tuple[mp.Process, int]:
+def start_in_process(**kwargs: Any) -> tuple[Any, int]:
     """Start the server in a child process (own core) on a free loopback port; returns (process, port)."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

@@ -8,12 +8,12 @@ rule model_build:
     output:
         weights=directory("results/model/weights"),
         manifest="results/model/manifest.json",
-    params:
-        spec=json.dumps(config["model"], sort_keys=True),
     log:
         "logs/model_build.log",
     benchmark:
         "logs/model_build.bench.tsv"
+    params:
+        spec=json.dumps(config["model"], sort_keys=True),
     script:
         "../scripts/model_build.py"
 
@@ -25,10 +25,10 @@ rule adapter_build:
     output:
         weights=directory("results/adapters/{adapter}"),
         manifest="results/adapters/{adapter}.json",
-    params:
-        spec=adapter_params,
     log:
         "logs/adapter_build/{adapter}.log",
+    params:
+        spec=adapter_params,
     script:
         "../scripts/adapter_build.py"
 
@@ -38,11 +38,11 @@ rule workload_requests:
         code=code("loadgen"),
     output:
         requests="results/workload/requests.json",
+    log:
+        "logs/workload_requests.log",
     params:
         workload=json.dumps(config["workload"], sort_keys=True),
         conditions=json.dumps(config["conditions"], sort_keys=True),
         bursts=sorted(config["bursts"]),
-    log:
-        "logs/workload_requests.log",
     script:
         "../scripts/workload_requests.py"

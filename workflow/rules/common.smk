@@ -42,7 +42,9 @@ def engine_of(server):
 
 
 def engine_runnable(engine_id):
-    return HARDWARE == "gpu" or not config["engines"][engine_id].get("requires_gpu", False)
+    return HARDWARE == "gpu" or not config["engines"][engine_id].get(
+        "requires_gpu", False
+    )
 
 
 def env_params(wildcards):
@@ -122,7 +124,9 @@ def server_inputs(wildcards, runtime=False):
         "env": f"results/envs/{engine_of(server)}.json",
         "model": "results/model/manifest.json",
         "requests": "results/workload/requests.json",
-        "adapters": [f"results/adapters/{a}.json" for a in server_adapters(config, server)],
+        "adapters": [
+            f"results/adapters/{a}.json" for a in server_adapters(config, server)
+        ],
     }
     return inputs
 
@@ -134,9 +138,16 @@ def runtime_servers():
 
 def summary_inputs():
     return {
-        "measurements": expand("results/servers/{server}/measurements.jsonl", server=sorted(config["servers"])),
-        "facts": expand("results/servers/{server}/facts.json", server=sorted(config["servers"])),
-        "runtime": expand("results/runtime_load/{server}/load.json", server=runtime_servers()),
+        "measurements": expand(
+            "results/servers/{server}/measurements.jsonl",
+            server=sorted(config["servers"]),
+        ),
+        "facts": expand(
+            "results/servers/{server}/facts.json", server=sorted(config["servers"])
+        ),
+        "runtime": expand(
+            "results/runtime_load/{server}/load.json", server=runtime_servers()
+        ),
         "envs": expand("results/envs/{engine}.json", engine=sorted(config["engines"])),
     }
 

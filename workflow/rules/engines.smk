@@ -8,11 +8,11 @@ rule engine_env:
     output:
         info="results/envs/{engine}.json",
         freeze="results/envs/{engine}.freeze.txt",
-    params:
-        spec=env_params,
     log:
         "logs/engine_env/{engine}.log",
     benchmark:
         "logs/engine_env/{engine}.bench.tsv"
+    params:
+        spec=env_params,
     script:
         "../scripts/engine_env.py"

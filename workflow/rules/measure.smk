@@ -11,12 +11,12 @@ rule server_loadtest:
         metrics="results/servers/{server}/metrics.jsonl",
         facts="results/servers/{server}/facts.json",
         log="results/servers/{server}/server.log",
-    params:
-        job=lambda wc: server_job(wc.server),
     log:
         "logs/server_loadtest/{server}.log",
     benchmark:
         "logs/server_loadtest/{server}.bench.tsv"
+    params:
+        job=lambda wc: server_job(wc.server),
     script:
         "../scripts/server_loadtest.py"
 
@@ -29,9 +29,9 @@ rule runtime_load:
         load="results/runtime_load/{server}/load.json",
         records="results/runtime_load/{server}/records.jsonl",
         log="results/runtime_load/{server}/server.log",
-    params:
-        job=lambda wc: server_job(wc.server, runtime=True),
     log:
         "logs/runtime_load/{server}.log",
+    params:
+        job=lambda wc: server_job(wc.server, runtime=True),
     script:
         "../scripts/runtime_load.py"

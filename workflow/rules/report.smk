@@ -10,11 +10,11 @@ rule summary_aggregate:
         summary="results/summary/summary.csv",
         facts="results/summary/server_facts.csv",
         json="results/summary/summary.json",
+    log:
+        "logs/summary_aggregate.log",
     params:
         baseline=json.dumps(config.get("baseline"), sort_keys=True),
         conditions=json.dumps(config["conditions"], sort_keys=True),
-    log:
-        "logs/summary_aggregate.log",
     script:
         "../scripts/summary_aggregate.py"
 
@@ -24,7 +24,9 @@ rule claims_evaluate:
         claims=config["claims"],
         summary=rules.summary_aggregate.output.json,
         model=rules.model_build.output.manifest,
-        adapters=expand("results/adapters/{adapter}.json", adapter=sorted(config["adapters"])),
+        adapters=expand(
+            "results/adapters/{adapter}.json", adapter=sorted(config["adapters"])
+        ),
         code=code("claims"),
     output:
         verdicts="results/claims/verdicts.json",
@@ -39,18 +41,20 @@ rule report_render:
         summary=rules.summary_aggregate.output.json,
         verdicts=rules.claims_evaluate.output.verdicts,
         model=rules.model_build.output.manifest,
-        adapters=expand("results/adapters/{adapter}.json", adapter=sorted(config["adapters"])),
+        adapters=expand(
+            "results/adapters/{adapter}.json", adapter=sorted(config["adapters"])
+        ),
         envs=expand("results/envs/{engine}.json", engine=sorted(config["engines"])),
         templates=sorted(str(p) for p in Path("report/templates").glob("*")),
         code=code("report", "plots", "provenance"),
     output:
         html="results/report/index.html",
         provenance="results/report/provenance.json",
+    log:
+        "logs/report_render.log",
     params:
         study=STUDY,
         config=json.dumps(config, sort_keys=True),
-    log:
-        "logs/report_render.log",
     script:
         "../scripts/report_render.py"
 
@@ -67,19 +71,35 @@ rule bundle_archive:
         servers=expand(
             "results/servers/{server}/{f}",
             server=sorted(config["servers"]),
-            f=["measurements.jsonl", "records.jsonl", "metrics.jsonl", "facts.json", "server.log"],
+            f=[
+                "measurements.jsonl",
+                "records.jsonl",
+                "metrics.jsonl",
+                "facts.json",
+                "server.log",
+            ],
         ),
-        runtime=expand("results/runtime_load/{server}/{f}", server=runtime_servers(), f=["load.json", "records.jsonl", "server.log"]),
-        envs=expand("results/envs/{engine}.{ext}", engine=sorted(config["engines"]), ext=["json", "freeze.txt"]),
-        adapters=expand("results/adapters/{adapter}.json", adapter=sorted(config["adapters"])),
+        runtime=expand(
+            "results/runtime_load/{server}/{f}",
+            server=runtime_servers(),
+            f=["load.json", "records.jsonl", "server.log"],
+        ),
+        envs=expand(
+            "results/envs/{engine}.{ext}",
+            engine=sorted(config["engines"]),
+            ext=["json", "freeze.txt"],
+        ),
+        adapters=expand(
+            "results/adapters/{adapter}.json", adapter=sorted(config["adapters"])
+        ),
         model=rules.model_build.output.manifest,
         requests=rules.workload_requests.output.requests,
         code=code("bundle"),
     output:
         bundle=f"results/bundle/{STUDY}.tar.gz",
-    params:
-        study=STUDY,
     log:
         "logs/bundle_archive.log",
+    params:
+        study=STUDY,
     script:
         "../scripts/bundle_archive.py"

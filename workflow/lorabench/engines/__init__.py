@@ -4,8 +4,8 @@ Adding an engine means adding one module that subclasses :class:`~lorabench.engi
 it with :func:`~lorabench.engines.base.register`, and importing it here.
 """
 
-from .base import Engine, ServerSpec, get_engine, registered_engines
 from . import sglang as _sglang  # noqa: F401  (registers "sglang")
 from . import vllm as _vllm  # noqa: F401  (registers "vllm")
+from .base import Engine, ServerSpec, get_engine, registered_engines
 
 __all__ = ["Engine", "ServerSpec", "get_engine", "registered_engines"]

