@@ -106,6 +106,10 @@ def test_rules(claimed, rule, value, verdict):
 
 
 def test_spread_claims_have_no_direction():
-    claim = {"id": "x", "claimed": {"value": 0.4, "unit": "pct"}, "rule": {"type": "within", "tolerance": 0.3},
-             "measure": {"kind": "metric"}}
+    claim = {
+        "id": "x",
+        "claimed": {"value": 0.4, "unit": "pct"},
+        "rule": {"type": "within", "tolerance": 0.3},
+        "measure": {"kind": "metric"},
+    }
     assert apply_rule(claim, 20.6) == "contradicted"
