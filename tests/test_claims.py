@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+
 from lorabench.claims import VERDICTS, Context, apply_rule, evaluate, load_claims
 from lorabench.io import read_json
 

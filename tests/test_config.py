@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from lorabench.config import ConfigError, load_and_check
 
 from .conftest import ROOT

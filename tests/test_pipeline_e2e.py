@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from lorabench.bundle import render_from_bundle, verify_bundle
 from lorabench.io import read_json, read_jsonl
 

@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from lorabench.report import render_report
 
 from .conftest import FIXTURES, ROOT
@@ -18,6 +19,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import yaml
+
     from lorabench.claims import evaluate_file
 
     out = tmp_path_factory.mktemp("report")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from lorabench.io import read_json
 
 from .conftest import ROOT
@@ -131,6 +132,8 @@ def test_killed_job_leaves_no_server_and_the_run_resumes(tmp_path: Path):
             os.killpg(proc.pid, signal.SIGKILL)
     # The server's parent died: the kernel signals it (PR_SET_PDEATHSIG) and it shuts down by itself.
     assert wait_gone(str(work), 60) == []
+    # A SIGKILLed snakemake cannot release its lock: unlock, then resume.
+    assert run(work, "--unlock", timeout=120).returncode == 0
     again = run(work, "--rerun-incomplete", timeout=900)
     assert again.returncode == 0, again.stderr[-3000:]
     done = again.stderr + again.stdout

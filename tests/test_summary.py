@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+
 from lorabench.io import read_json, read_jsonl
 from lorabench.loadgen.client import RequestRecord
 from lorabench.loadtest import measurement_row

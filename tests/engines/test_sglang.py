@@ -8,6 +8,7 @@ max-loras-per-batch, max-lora-rank, lora-target-modules, enable-metrics, context
 from __future__ import annotations
 
 import pytest
+
 from lorabench.engines import ServerSpec, get_engine
 
 DOCUMENTED = {

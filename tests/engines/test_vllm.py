@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from lorabench.engines import ServerSpec, get_engine, registered_engines
 
 from ..conftest import FIXTURES, ROOT

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from lorabench.loadgen.client import CompletionRequest, make_session, run_burst, run_concurrency, send_request
 from lorabench.testing import start_in_process
 

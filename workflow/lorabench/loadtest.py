@@ -22,7 +22,7 @@ import aiohttp
 
 from .engines import Engine, ServerSpec, get_engine
 from .io import read_json, write_json, write_jsonl
-from .loadgen.client import CompletionRequest, RequestRecord, make_session, run_burst
+from .loadgen.client import CompletionRequest, RequestRecord, make_session, run_burst, run_concurrency
 from .loadgen.workload import measurement_plan, set_key
 from .metrics import MetricsSampler, summarize_samples
 from .resources import gpu_memory, group_rss_mib, machine_facts
@@ -44,6 +44,7 @@ class LoadtestJob:
     request_timeout_s: float = 300.0
     readiness_timeout_s: float = 600.0
     metrics_interval_s: float = 0.5
+    load: dict[str, Any] = field(default_factory=lambda: {"shape": "burst"})
     engine_version: str = ""
     out_dir: str = "."
     host: str = "127.0.0.1"
@@ -126,6 +127,24 @@ async def _probe(session: aiohttp.ClientSession, base_url: str, engine: Engine, 
     return out
 
 
+async def send(
+    session: aiohttp.ClientSession, base_url: str, reqs: list[CompletionRequest], job: LoadtestJob
+) -> list[RequestRecord]:
+    """One burst, or the same requests under bounded concurrency (optionally paced and cut at a duration)."""
+    load = job.load
+    if load.get("shape", "burst") == "burst":
+        return await run_burst(session, base_url, reqs, job.request_timeout_s)
+    return await run_concurrency(
+        session,
+        base_url,
+        reqs,
+        concurrency=int(load.get("concurrency") or len(reqs)),
+        timeout_s=job.request_timeout_s,
+        duration_s=load.get("duration_s"),
+        rate_per_s=load.get("rate_per_s"),
+    )
+
+
 async def _measure_all(
     job: LoadtestJob, engine: Engine, spec: ServerSpec, srv: ManagedServer, rset: dict[str, Any]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
@@ -139,7 +158,7 @@ async def _measure_all(
             for burst in sorted(job.bursts):
                 for w in range(job.warmup_bursts):
                     reqs = _requests_for(engine, spec, rset, cond, burst, f"warmup{w}")
-                    warm_recs = await run_burst(session, srv.base_url, reqs, job.request_timeout_s)
+                    warm_recs = await send(session, srv.base_url, reqs, job)
                     mid = f"warmup/{cond}/{burst}/{w}"
                     base = {
                         "server": spec.server_id,
@@ -173,7 +192,7 @@ async def _measure_all(
             recs: list[RequestRecord] = []
             for k in range(job.bursts_per_measurement):
                 reqs = _requests_for(engine, spec, rset, cond, burst, f"{mid}/{k}")
-                recs += await run_burst(session, srv.base_url, reqs, job.request_timeout_s)
+                recs += await send(session, srv.base_url, reqs, job)
             samples = await sampler.stop()
             for g in gpu_memory() or []:
                 gpu_peak[g["index"]] = max(gpu_peak.get(g["index"], 0), g["used_mib"])
@@ -314,6 +333,7 @@ def job_from_rule(params: dict[str, Any], inputs: Any, out_dir: Path) -> Loadtes
         request_timeout_s=float(params["request_timeout_s"]),
         readiness_timeout_s=float(params["readiness_timeout_s"]),
         metrics_interval_s=float(params["metrics_interval_s"]),
+        load=dict(params.get("load") or {"shape": "burst"}),
         engine_version=env_info.get("version") or "",
         out_dir=str(out_dir),
         extra=extra,

@@ -1,5 +1,6 @@
 # Parse-time helpers only: config validation, input functions, parameter dicts.
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -24,6 +25,19 @@ HARDWARE = detect_hardware()
 STUDY = config["study"]
 
 
+def _rel(p):
+    """A path relative to the working directory when it lies below it, so that moving or copying a study
+    folder does not change the rules' input sets (and rerun everything)."""
+    try:
+        return (
+            os.path.relpath(p)
+            if Path(p).resolve().is_relative_to(Path.cwd().resolve())
+            else str(p)
+        )
+    except ValueError:
+        return str(p)
+
+
 def code(*names):
     """Package modules a rule runs, as inputs, so editing them reruns exactly the rules that use them."""
     out = []
@@ -34,7 +48,7 @@ def code(*names):
         else:
             out.append(str(p.with_suffix(".py")) if p.suffix != ".py" else str(p))
     out.append(str(PKG / "io.py"))
-    return sorted(set(out))
+    return sorted({_rel(f) for f in out})
 
 
 def engine_of(server):
@@ -106,6 +120,7 @@ def server_job(server, runtime=False):
             "repetitions": config["repetitions"],
             "bursts_per_measurement": config["bursts_per_measurement"],
             "warmup_bursts": config["warmup_bursts"],
+            "load": config["load"],
             "shuffle_seed": config["workload"]["seed"],
             "request_timeout_s": config["request_timeout_s"],
             "readiness_timeout_s": config["readiness_timeout_s"],
