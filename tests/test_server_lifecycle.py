@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import signal
 import subprocess
 import time
@@ -136,8 +137,10 @@ def test_killed_job_leaves_no_server_and_the_run_resumes(tmp_path: Path):
     assert run(work, "--unlock", timeout=120).returncode == 0
     again = run(work, "--rerun-incomplete", timeout=900)
     assert again.returncode == 0, again.stderr[-3000:]
-    done = again.stderr + again.stdout
-    assert "rule model_build" not in done and "rule adapter_build" not in done and "rule engine_env" not in done
-    assert "rule server_loadtest" in done
+    table = (again.stderr + again.stdout).split("Job stats:")[1].split("total")[0]
+    redone = {m.group(1) for m in re.finditer(r"^(\w+)\s+\d+$", table, re.M)}
+    # Finished jobs stay finished; the killed server job is redone (adapters the report needs may still be due).
+    assert "server_loadtest" in redone
+    assert not redone & {"model_build", "engine_env", "workload_requests"}, redone
     assert read_json(work / "results/servers/solo/facts.json")["status"] == "ok"
     assert wait_gone(str(work), 10) == []

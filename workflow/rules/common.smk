@@ -5,6 +5,16 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+# Rule scripts run in their own processes: they must import this workflow's package (the one whose files the
+# rules list as code inputs), not whichever copy happens to be installed.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p
+    for p in (
+        str(Path(workflow.basedir) / "workflow"),
+        os.environ.get("PYTHONPATH", ""),
+    )
+    if p
+)
 
 from lorabench.config import (  # noqa: E402
     ConfigError,
