@@ -83,10 +83,10 @@ def theirs(
         "--tokenizer",
         tokenizer,
         "--dataset-name",
-        "custom",
+        "sharegpt",
         "--dataset-path",
         str(dataset),
-        "--custom-output-len",
+        "--sharegpt-output-len",
         str(max_tokens),
         "--skip-chat-template",
         "--disable-shuffle",
@@ -144,8 +144,10 @@ def main() -> int:
     )
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        dataset = Path(tmp) / "prompts.jsonl"
-        dataset.write_text("".join(json.dumps({"prompt": PROMPT}) + "\n" for _ in range(args.burst)))
+        # ShareGPT layout (plain JSON: the engine venv has no pandas for vLLM's "custom" JSONL loader).
+        dataset = Path(tmp) / "prompts.json"
+        conv = {"conversations": [{"from": "human", "value": PROMPT}, {"from": "gpt", "value": "x " * args.max_tokens}]}
+        dataset.write_text(json.dumps([conv] * args.burst))
         srv = ManagedServer(
             engine.command(spec, "127.0.0.1", port),
             {**engine.environment(spec), **spec.env},
