@@ -18,7 +18,6 @@ import pstats
 import statistics
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
@@ -41,12 +40,6 @@ def main() -> int:
         os.sched_setaffinity(proc.pid, {cpus[1]})
         os.sched_setaffinity(0, {cpus[0]})
     url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(url + "/v1/models", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.05)
     reqs = [CompletionRequest(f"h{i}", "a", "m", "x", args.tokens) for i in range(args.burst)]
 
     async def burst():

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
-import urllib.request
 
 import pytest
 
@@ -16,12 +14,6 @@ from lorabench.testing import start_in_process
 @pytest.fixture(scope="module")
 def url():
     proc, port = start_in_process(delay=0.002)
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.05)
     yield f"http://127.0.0.1:{port}"
     proc.kill()
 

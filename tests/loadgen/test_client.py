@@ -21,16 +21,6 @@ def servers():
         "stall": {"fault": "stall", "fault_all": True},
     }.items():
         procs[name] = start_in_process(**kw)
-    import time
-    import urllib.request
-
-    for _, port in procs.values():
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.05)
     yield {k: f"http://127.0.0.1:{p}" for k, (_, p) in procs.items()}
     for proc, _ in procs.values():
         proc.kill()

@@ -230,6 +230,20 @@ async def _measure_all(
     return records, measurements, metric_rows, probes
 
 
+def engine_server(engine: Engine, spec: ServerSpec, host: str, log_path: Path, pidfile: Path | None) -> ManagedServer:
+    """A managed server for one spec on a free loopback port (not started yet)."""
+    port = free_port(host)
+    return ManagedServer(
+        engine.command(spec, host, port),
+        {**engine.environment(spec), **spec.env},
+        log_path,
+        host,
+        port,
+        engine.ready_path,
+        pidfile=pidfile,
+    )
+
+
 def _server_config(spec: ServerSpec, conditions: list[str], bursts: list[int]) -> dict[str, Any]:
     return {
         "lora": spec.lora,
@@ -256,16 +270,7 @@ def run_loadtest(job: LoadtestJob) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     server_log = out / "server.log.partial"
     server_log.unlink(missing_ok=True)
-    port = free_port(job.host)
-    srv = ManagedServer(
-        engine.command(spec, job.host, port),
-        {**engine.environment(spec), **spec.env},
-        server_log,
-        job.host,
-        port,
-        engine.ready_path,
-        pidfile=out / "server.pid",
-    )
+    srv = engine_server(engine, spec, job.host, server_log, out / "server.pid")
     facts: dict[str, Any] = {
         "server": spec.server_id,
         "engine": spec.engine,

@@ -22,9 +22,9 @@ from .engines import Engine, ServerSpec, get_engine
 from .engines.base import adapter_path_allowed
 from .io import write_json, write_jsonl
 from .loadgen.client import CompletionRequest, RequestRecord, make_session, run_burst
-from .loadtest import LoadtestJob
+from .loadtest import LoadtestJob, engine_server
 from .resources import machine_facts
-from .server import ManagedServer, ServerStartError, free_port, terminate_on_signals
+from .server import ManagedServer, ServerStartError, terminate_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -180,18 +180,9 @@ def probe_cpu_loras(
     if engine.name != "vllm" or not spec.max_loras or spec.max_loras < 2:
         return None
     bad = dataclasses.replace(spec, max_cpu_loras=spec.max_loras - 1, runtime_lora=False)
-    port = free_port(host)
     logp = out_dir / "probe_cpu_loras.log"
     logp.unlink(missing_ok=True)
-    srv = ManagedServer(
-        engine.command(bad, host, port),
-        {**engine.environment(bad), **bad.env},
-        logp,
-        host,
-        port,
-        engine.ready_path,
-        pidfile=out_dir / "probe.pid",
-    )
+    srv = engine_server(engine, bad, host, logp, out_dir / "probe.pid")
     t0 = time.monotonic()
     with srv:
         try:
@@ -223,16 +214,7 @@ def run_runtime_load(job: LoadtestJob, rl: dict[str, Any]) -> dict[str, Any]:
     server_log.unlink(missing_ok=True)
     with terminate_on_signals():
         probe = probe_cpu_loras(engine, spec, job.host, out, job.readiness_timeout_s)
-        port = free_port(job.host)
-        srv = ManagedServer(
-            engine.command(spec, job.host, port),
-            {**engine.environment(spec), **spec.env},
-            server_log,
-            job.host,
-            port,
-            engine.ready_path,
-            pidfile=out / "server.pid",
-        )
+        srv = engine_server(engine, spec, job.host, server_log, out / "server.pid")
         with srv:
             ready_s = srv.wait_ready(job.readiness_timeout_s)
             result, rows = asyncio.run(_cycles(job, rl, engine, spec, srv, rset))

@@ -8,6 +8,8 @@ import asyncio
 import json
 import multiprocessing as mp
 import socket
+import time
+import urllib.request
 from typing import Any
 
 from aiohttp import web
@@ -87,7 +89,8 @@ def _serve(sock: socket.socket, kwargs: dict[str, Any]) -> None:
 
 
 def start_in_process(**kwargs: Any) -> tuple[Any, int]:
-    """Start the server in a child process (own core) on a free loopback port; returns (process, port)."""
+    """Start the server in a child process (own core) on a free loopback port and wait until it answers;
+    returns (process, port)."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(1024)
@@ -95,4 +98,11 @@ def start_in_process(**kwargs: Any) -> tuple[Any, int]:
     proc = mp.get_context("fork").Process(target=_serve, args=(sock, kwargs), daemon=True)
     proc.start()
     sock.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.05)
     return proc, port
