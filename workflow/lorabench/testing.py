@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 
 
-def _event(i: int, finish: str | None = None) -> bytes:
+def _render(i: int, finish: str | None = None) -> bytes:
     body = {
         "id": "cmpl-x",
         "object": "text_completion",
@@ -24,6 +24,15 @@ def _event(i: int, finish: str | None = None) -> bytes:
         "choices": [{"index": 0, "text": f" t{i}", "logprobs": None, "finish_reason": finish, "stop_reason": None}],
     }
     return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+# Events are rendered once: the server must cost far less per token than the client it is there to load.
+_TOKEN_EVENT = _render(0)
+_LAST_EVENT = _render(0, "length")
+
+
+def _event(i: int, finish: str | None = None) -> bytes:
+    return _LAST_EVENT if finish else _TOKEN_EVENT
 
 
 def _usage(prompt: int, completion: int) -> bytes:
