@@ -7,13 +7,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 # Rule scripts run in their own processes: they must import this workflow's package (the one whose files the
 # rules list as code inputs), not whichever copy happens to be installed.
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p
-    for p in (
-        str(Path(workflow.basedir) / "workflow"),
-        os.environ.get("PYTHONPATH", ""),
+# (Set, not required from the user: so no envvars directive.)
+os.environ.update(
+    PYTHONPATH=os.pathsep.join(
+        p
+        for p in (str(Path(workflow.basedir) / "workflow"), os.getenv("PYTHONPATH", ""))
+        if p
     )
-    if p
 )
 
 from lorabench.config import (  # noqa: E402
