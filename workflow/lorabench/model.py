@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -129,13 +130,11 @@ def prepare_model(spec: dict[str, Any], out_dir: Path, manifest_path: Path) -> d
         if not (real / "config.json").exists():
             raise FileNotFoundError(f"model.path: {real} has no config.json")
         out_dir.parent.mkdir(parents=True, exist_ok=True)
-        if out_dir.is_symlink() or out_dir.exists():
-            if out_dir.is_symlink():
-                out_dir.unlink()
-        else:
-            pass
-        if not out_dir.exists():
-            out_dir.symlink_to(real.resolve(), target_is_directory=True)
+        if out_dir.is_symlink():
+            out_dir.unlink()
+        elif out_dir.exists():
+            shutil.rmtree(out_dir)
+        out_dir.symlink_to(real.resolve(), target_is_directory=True)
         info: dict[str, Any] = {"source": "path", "dtype": spec.get("dtype", "auto")}
     else:
         info = build_synthetic(Path(spec["architecture"]), out_dir, spec["dtype"], int(spec["seed"]))
