@@ -33,8 +33,7 @@ log = logging.getLogger(__name__)
 
 VERDICTS = ("reproduced", "direction only", "inconclusive", "contradicted", "not comparable", "not run")
 ABSOLUTE_UNITS = ("tok_s", "MiB", "s", "ms")
-# Filled by measure() for ratio claims of throughput: the span of ratios the repetitions allow.
-_INTERVALS: dict[str, tuple[float, float]] = {}
+Span = tuple[float, float] | None  # for throughput ratios: the span of ratios the repetitions allow
 REFERENCE_ARCH = Path(__file__).resolve().parents[2] / "config" / "models" / "qwen3-1.7b.json"
 _METRIC_COLS = {
     "throughput_tok_s": "throughput_median",
@@ -109,27 +108,36 @@ def _evidence(row: dict[str, Any]) -> str:
     return f"{row['server']}/{row['condition']}/{row['burst']}"
 
 
-def measure(claim: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, str, list[str]]:
-    """(measured value or None, note, evidence ids)."""
+def measure(claim: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, str, list[str], Span]:
+    """(measured value or None, note, evidence ids, span of a throughput ratio over the repetitions)."""
+    if claim["measure"]["kind"] == "ratio":
+        return _ratio(claim["measure"], ctx, fallback)
+    return (*_single(claim, ctx, fallback), None)
+
+
+def _ratio(m: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, str, list[str], Span]:
+    num, n1 = select_row(ctx, m["num"], fallback)
+    den, n2 = select_row(ctx, m["den"], fallback)
+    if num is None or den is None:
+        return None, n1 or n2, [], None
+    a, b = _metric(num, m["metric"]), _metric(den, m["metric"])
+    if a is None or b is None or b == 0:
+        return None, f"{m['metric']} missing", [], None
+    note = "; ".join(x for x in {n1, n2} if x)
+    span: Span = None
+    if m["metric"] == "throughput_tok_s" and num.get("throughput_min") and den.get("throughput_max"):
+        span = (
+            100.0 * (num["throughput_min"] / den["throughput_max"] - 1),
+            100.0 * (num["throughput_max"] / den["throughput_min"] - 1),
+        )
+    return 100.0 * (a / b - 1), note, [_evidence(num), _evidence(den)], span
+
+
+def _single(claim: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, str, list[str]]:
     m = claim["measure"]
     kind = m["kind"]
     if kind == "none":
         return None, m.get("reason", "external figure"), []
-    if kind == "ratio":
-        num, n1 = select_row(ctx, m["num"], fallback)
-        den, n2 = select_row(ctx, m["den"], fallback)
-        if num is None or den is None:
-            return None, n1 or n2, []
-        a, b = _metric(num, m["metric"]), _metric(den, m["metric"])
-        if a is None or b is None or b == 0:
-            return None, f"{m['metric']} missing", []
-        note = "; ".join(x for x in {n1, n2} if x)
-        if m["metric"] == "throughput_tok_s" and num.get("throughput_min") and den.get("throughput_max"):
-            _INTERVALS[claim["id"]] = (
-                100.0 * (num["throughput_min"] / den["throughput_max"] - 1),
-                100.0 * (num["throughput_max"] / den["throughput_min"] - 1),
-            )
-        return 100.0 * (a / b - 1), note, [_evidence(num), _evidence(den)]
     if kind == "metric":
         row, note = select_row(ctx, m["select"], fallback)
         if row is None:
@@ -351,7 +359,7 @@ def evaluate(claims: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]
     out = []
     for claim in claims:
         reason = comparability(claim, ctx)
-        value, note, evidence = measure(claim, ctx, fallback=bool(reason))
+        value, note, evidence, span = measure(claim, ctx, fallback=bool(reason))
         rule_result = None if value is None else apply_rule(claim, value)
         if claim["measure"]["kind"] == "none":
             verdict = "not comparable"
@@ -368,7 +376,6 @@ def evaluate(claims: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]
         else:
             verdict = rule_result or "not run"
             why = note
-            span = _INTERVALS.get(claim["id"])
             if span and verdict in ("direction only", "contradicted"):
                 c = claim["claimed"]
                 lo, hi = (c["low"], c["high"]) if "low" in c else (c.get("value"), c.get("value"))
