@@ -14,6 +14,16 @@ from .conftest import FIXTURES, ROOT
 
 RUN = FIXTURES / "cpu-run"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# Headless, and quiet on a machine without network (no background connections, no updates, no sync).
+HEADLESS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+)
 
 
 @pytest.fixture(scope="module")
@@ -70,13 +80,7 @@ def test_report_renders_in_headless_chromium(report: Path, tmp_path: Path):
     dom = subprocess.run(
         [
             CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
+            *HEADLESS,
             f"--user-data-dir={tmp_path / 'profile'}",
             "--dump-dom",
             report.as_uri(),
@@ -89,13 +93,7 @@ def test_report_renders_in_headless_chromium(report: Path, tmp_path: Path):
     subprocess.run(
         [
             CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
+            *HEADLESS,
             f"--user-data-dir={tmp_path / 'profile2'}",
             "--window-size=1300,2400",
             f"--screenshot={png}",
