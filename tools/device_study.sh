@@ -2,6 +2,8 @@
 # Runs a study's whole pipeline on a lent GPU machine (no network, no snakemake there) through the project's own
 # Snakemake workflow. Used by the device calls documented in README.md ("GPU study").
 #   bash tools/device_study.sh start CONFIG    install the snakemake wheels (.whl-snake), start snakemake detached
+#   bash tools/device_study.sh prepare CONFIG  install the wheels, then build only the model, adapters and engine
+#                                              environments (foreground; e.g. before benchmarks/fidelity.py)
 #   bash tools/device_study.sh status          last lines of the run's log, and whether it is still running
 #   bash tools/device_study.sh pack OUTDIR     results (no weights) + logs as OUTDIR/study-results.tar.gz
 # A run resumed on a fresh machine (results/ carried back) first rebuilds the model and adapters, then runs
@@ -13,14 +15,24 @@ PIDF=/tmp/lorabench-study.pid
 export PYTHONPATH=/tmp/site:$PWD/workflow PYTHONUNBUFFERED=1
 SMK=(python3 -m snakemake --cores 1 --scheduler greedy --rerun-incomplete)
 
+install_snakemake() {
+  if [ ! -f /tmp/site/.snake-ready ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl-snake/*.whl || exit 5
+    touch /tmp/site/.snake-ready
+  fi
+  python3 -m snakemake --version || exit 6
+}
+
 case "${1:-}" in
+  prepare)
+    cfg=${2:?config file}
+    install_snakemake
+    "${SMK[@]}" --configfile "$cfg" --replace-workflow-config results/model/manifest.json \
+      $(python3 -c "import yaml;c=yaml.safe_load(open('$cfg'));print(' '.join(['results/adapters/%s.json'%a for a in c['adapters']]+['results/envs/%s.json'%e for e in c['engines']]))")
+    ;;
   start)
     cfg=${2:?config file}
-    if [ ! -f /tmp/site/.snake-ready ]; then
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl-snake/*.whl || exit 5
-      touch /tmp/site/.snake-ready
-    fi
-    python3 -m snakemake --version || exit 6
+    install_snakemake
     args=(--configfile "$cfg" --replace-workflow-config)
     setsid nohup bash -c "
       ${SMK[*]} ${args[*]} results/model/manifest.json results/workload/requests.json \
@@ -41,5 +53,5 @@ case "${1:-}" in
     cp "$LOG" "$out/study.log" 2>/dev/null
     ls -la "$out"
     ;;
-  *) echo "usage: $0 start CONFIG | status [N] | pack OUTDIR"; exit 2 ;;
+  *) echo "usage: $0 prepare CONFIG | start CONFIG | status [N] | pack OUTDIR"; exit 2 ;;
 esac
