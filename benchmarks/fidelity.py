@@ -4,13 +4,18 @@ One vLLM server of a study's config (its model, adapters and engine environment 
 the default study), one workload: the study's prompt, ``--burst`` requests of ``--max-tokens`` tokens sent at
 once, adapters a/b round-robin, ignore_eos, temperature 0. Both clients run alternately inside one process of the
 engine's Python (``fidelity_driver.py``), so they share CPU placement and start from the same state; the order
-flips every round. Prints every round, then per figure (output throughput, TTFT median, ITL median) the median
-over rounds of each client, their ratio with a bootstrap 95 % interval (rounds resampled, seed fixed), and the
-median of the per-round ratios. Targets: throughput within 3 %, TTFT and ITL medians within 5 %.
+flips every round. Each round also sends one shared burst whose requests alternate between our request function
+and vLLM's, which compares the two timers on the same requests.
+
+Prints every round, then per figure (output throughput, TTFT median, ITL median, and the send spread: first to
+last request start of a burst) the median over rounds of each client, their ratio with a bootstrap 95 % interval
+(rounds resampled, seed fixed) and the median of the per-round ratios. Targets: throughput within 3 %, TTFT and
+ITL medians within 5 %. Results of the runs quoted in README.md are in benchmarks/results/.
 
 usage (after the default study has built the model, adapters and engine env):
-  .venv/bin/python benchmarks/fidelity.py [--rounds 40] [--burst 8] [--max-tokens 64]
-on the H200, after the GPU config's model/adapters/env jobs:
+  .venv/bin/python benchmarks/fidelity.py [--rounds 40] [--burst 8] [--max-tokens 64] [--json F]
+      [--diagnose metrics,trust-env]
+on the H200 (tools/device_study.sh prepare config/gpu-h200.yaml first):
   python3 benchmarks/fidelity.py --config config/gpu-h200.yaml --server vllm-lora-2 --burst 48 --max-tokens 256
 """
 
@@ -35,6 +40,8 @@ from lorabench.io import read_json, setup_job_logging, write_json  # noqa: E402
 from lorabench.loadtest import engine_server  # noqa: E402
 
 TARGETS = (("throughput", 3.0), ("ttft", 5.0), ("itl", 5.0))
+# shown, not a target: time from a burst's first request start to its last (how fast the burst leaves the client)
+FIGURES = (*TARGETS, ("send_spread_ms", None))
 
 
 def server_spec(config: dict, server: str, results: Path) -> tuple[ServerSpec, dict]:
@@ -75,27 +82,42 @@ def bootstrap_ratio(a: list[float], b: list[float], n: int = 2000, seed: int = 0
     return ratios[int(0.025 * n)], ratios[int(0.975 * n) - 1]
 
 
-def summarize(rows: list[dict]) -> dict:
-    ours = {r["round"]: r for r in rows if r["client"] == "ours"}
-    theirs = {r["round"]: r for r in rows if r["client"] == "vllm"}
-    rounds = sorted(set(ours) & set(theirs))
-    out = {"rounds": len(rounds), "figures": {}}
-    for key, target in TARGETS:
-        a = [ours[i][key] for i in rounds]
-        b = [theirs[i][key] for i in rounds]
+def compare(rows: list[dict], a_name: str, b_name: str) -> dict:
+    """Per figure: median over rounds of client a and of client b, their ratio (with a bootstrap interval) and
+    the median of the per-round ratios."""
+    a_rows = {r["round"]: r for r in rows if r["client"] == a_name}
+    b_rows = {r["round"]: r for r in rows if r["client"] == b_name}
+    rounds = sorted(set(a_rows) & set(b_rows))
+    figures: dict[str, dict] = {}
+    for key, target in FIGURES:
+        if key not in a_rows[rounds[0]] or key not in b_rows[rounds[0]]:
+            continue
+        a = [a_rows[i][key] for i in rounds]
+        b = [b_rows[i][key] for i in rounds]
         ma, mb = statistics.median(a), statistics.median(b)
         lo, hi = bootstrap_ratio(a, b)
-        paired = statistics.median(x / y for x, y in zip(a, b, strict=True))
-        out["figures"][key] = {
-            "ours_median": ma,
-            "vllm_median": mb,
+        figures[key] = {
+            "a_median": ma,
+            "b_median": mb,
             "ratio": ma / mb,
             "ratio_ci95": [lo, hi],
-            "paired_ratio_median": paired,
+            "paired_ratio_median": statistics.median(x / y for x, y in zip(a, b, strict=True)),
             "target_pct": target,
-            "within": abs(100 * (ma / mb - 1)) <= target,
+            "within": None if target is None else abs(100 * (ma / mb - 1)) <= target,
         }
-    return out
+    return {"a": a_name, "b": b_name, "rounds": len(rounds), "figures": figures}
+
+
+def print_comparison(title: str, c: dict) -> None:
+    print(f"\n{title} ({c['rounds']} rounds)")
+    for key, f in c["figures"].items():
+        lo, hi = f["ratio_ci95"]
+        print(
+            f"  {key:10s} median {c['a']} {f['a_median']:9.2f}  {c['b']} {f['b_median']:9.2f}  "
+            f"ratio {f['ratio']:.3f} ({100 * (f['ratio'] - 1):+.1f}%, 95% CI {lo:.3f}-{hi:.3f}; "
+            f"median per-round ratio {f['paired_ratio_median']:.3f})"
+            + ("" if f["target_pct"] is None else f" target ±{f['target_pct']:g}%")
+        )
 
 
 def main() -> int:
@@ -108,9 +130,19 @@ def main() -> int:
     ap.add_argument("--burst", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--json", type=Path, help="also write every round and the summary here")
+    ap.add_argument(
+        "--diagnose",
+        default="",
+        help="comma-separated extra variants: 'metrics' (ours with vLLM's two GET /metrics before the burst, and "
+        "vLLM's client without them), 'trust-env' (vLLM's client with its session's trust_env off)",
+    )
     args = ap.parse_args()
     if args.rounds < 5:
         ap.error("--rounds: at least 5 alternations")
+    diagnose = [d for d in args.diagnose.split(",") if d]
+    unknown = sorted(set(diagnose) - {"metrics", "trust-env"})
+    if unknown:
+        ap.error(f"--diagnose: unknown variant(s) {', '.join(unknown)} (known: metrics, trust-env)")
     setup_job_logging(None)
     config = load_file(args.config)
     spec, model = server_spec(config, args.server, args.results)
@@ -136,6 +168,7 @@ def main() -> int:
             "rounds": args.rounds,
             "warmup_rounds": args.warmup_rounds,
             "out": str(Path(tmp) / "rounds.jsonl"),
+            "diagnose": diagnose,
         }
         # vLLM's client loads its tokenizer and tokenizes the prompts just before each burst; the tokenizer's
         # thread pool then spins for a while on the cores the server needs (seen on 2 cores: the first
@@ -154,21 +187,26 @@ def main() -> int:
             f"ours {o['throughput']:8.1f} tok/s TTFT {o['ttft']:7.1f} ms ITL {o['itl']:6.2f} ms | "
             f"vllm bench {v['throughput']:8.1f} tok/s TTFT {v['ttft']:7.1f} ms ITL {v['itl']:6.2f} ms"
         )
-    summary = summarize(rows)
     print(
         f"\n{spec.server_id}: burst {args.burst} x {args.max_tokens} tokens, adapters {'/'.join(names)} round-robin, "
-        f"{summary['rounds']} alternations (after {args.warmup_rounds} warm-up rounds)"
+        f"{args.rounds} alternations after {args.warmup_rounds} warm-up rounds"
     )
-    for key, target in TARGETS:
-        f = summary["figures"][key]
-        lo, hi = f["ratio_ci95"]
-        print(
-            f"{key:10s} median ours {f['ours_median']:9.2f}  vllm bench {f['vllm_median']:9.2f}  "
-            f"ratio {f['ratio']:.3f} ({100 * (f['ratio'] - 1):+.1f}%, 95% CI {lo:.3f}-{hi:.3f}; "
-            f"median per-round ratio {f['paired_ratio_median']:.3f}) target ±{target:g}%"
-        )
-    ok = all(f["within"] for f in summary["figures"].values())
-    print("within targets" if ok else "OUTSIDE targets")
+    summary = {"main": compare(rows, "ours", "vllm")}
+    print_comparison("our client vs vllm.benchmarks.serve (each its own burst)", summary["main"])
+    summary["shared"] = compare(rows, "shared:ours", "shared:vllm")
+    print_comparison(
+        "same burst, requests alternating between our request function and vLLM's (timing only)", summary["shared"]
+    )
+    if "metrics" in diagnose:
+        summary["ours+metrics"] = compare(rows, "ours+metrics", "vllm")
+        print_comparison("ours with vLLM's two GET /metrics before the burst vs vLLM's client", summary["ours+metrics"])
+        summary["vllm-no-metrics"] = compare(rows, "ours", "vllm-no-metrics")
+        print_comparison("ours vs vLLM's client without its GET /metrics calls", summary["vllm-no-metrics"])
+    if "trust-env" in diagnose:
+        summary["vllm-no-trust-env"] = compare(rows, "ours", "vllm-no-trust-env")
+        print_comparison("ours vs vLLM's client with trust_env off", summary["vllm-no-trust-env"])
+    ok = all(f["within"] for f in summary["main"]["figures"].values() if f["within"] is not None)
+    print("\nour client vs vLLM's: " + ("within targets" if ok else "OUTSIDE targets"))
     if args.json:
         write_json(args.json, {"args": {k: str(v) for k, v in vars(args).items()}, "summary": summary, "rows": rows})
     return 0
