@@ -38,6 +38,7 @@ from lorabench.config import load_file, server_adapters  # noqa: E402
 from lorabench.engines import ServerSpec, get_engine  # noqa: E402
 from lorabench.io import read_json, setup_job_logging, write_json  # noqa: E402
 from lorabench.loadtest import engine_server  # noqa: E402
+from lorabench.server import terminate_on_signals  # noqa: E402
 
 TARGETS = (("throughput", 3.0), ("ttft", 5.0), ("itl", 5.0))
 # shown, not a target: time from a burst's first request start to its last (how fast the burst leaves the client)
@@ -167,19 +168,33 @@ def main() -> int:
             "max_tokens": args.max_tokens,
             "rounds": args.rounds,
             "warmup_rounds": args.warmup_rounds,
-            "out": str(Path(tmp) / "rounds.jsonl"),
+            # every round is written as it finishes: beside --json when given, so an interrupted run keeps them
+            "out": str(args.json.with_suffix(".rounds.jsonl") if args.json else Path(tmp) / "rounds.jsonl"),
             "diagnose": diagnose,
         }
         # vLLM's client loads its tokenizer and tokenizes the prompts just before each burst; the tokenizer's
         # thread pool then spins for a while on the cores the server needs (seen on 2 cores: the first
         # scheduler step 30-40 ms slower, every TTFT with it). One thread keeps that off the measurement.
         env = {**os.environ, **engine.environment(spec), **spec.env, "TOKENIZERS_PARALLELISM": "false"}
-        with srv:
-            srv.wait_ready(config["readiness_timeout_s"])
-            subprocess.run(
-                [spec.python, str(ROOT / "benchmarks" / "fidelity_driver.py"), json.dumps(cfg)], env=env, check=True
-            )
-        rows = [json.loads(line) for line in Path(cfg["out"]).read_text().splitlines()]
+        interrupted = ""
+        try:
+            with terminate_on_signals(), srv:
+                srv.wait_ready(config["readiness_timeout_s"])
+                subprocess.run(
+                    [spec.python, str(ROOT / "benchmarks" / "fidelity_driver.py"), json.dumps(cfg)],
+                    env=env,
+                    check=True,
+                )
+        except (SystemExit, KeyboardInterrupt, subprocess.CalledProcessError) as e:
+            interrupted = f"{type(e).__name__}: {e}"
+        out = Path(cfg["out"])
+        rows = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+    done = {r["round"] for r in rows if r["client"] == "shared:vllm"}  # the last line a round writes
+    rows = [r for r in rows if r["round"] in done]
+    if interrupted:
+        print(f"INTERRUPTED ({interrupted}) after {len(done)} complete rounds; what follows covers those only")
+    if not done:
+        return 1
     for i in sorted({r["round"] for r in rows}):
         o, v = (next(r for r in rows if r["round"] == i and r["client"] == c) for c in ("ours", "vllm"))
         print(
@@ -189,7 +204,7 @@ def main() -> int:
         )
     print(
         f"\n{spec.server_id}: burst {args.burst} x {args.max_tokens} tokens, adapters {'/'.join(names)} round-robin, "
-        f"{args.rounds} alternations after {args.warmup_rounds} warm-up rounds"
+        f"{len(done)} alternations after {args.warmup_rounds} warm-up rounds"
     )
     summary = {"main": compare(rows, "ours", "vllm")}
     print_comparison("our client vs vllm.benchmarks.serve (each its own burst)", summary["main"])
@@ -208,8 +223,16 @@ def main() -> int:
     ok = all(f["within"] for f in summary["main"]["figures"].values() if f["within"] is not None)
     print("\nour client vs vLLM's: " + ("within targets" if ok else "OUTSIDE targets"))
     if args.json:
-        write_json(args.json, {"args": {k: str(v) for k, v in vars(args).items()}, "summary": summary, "rows": rows})
-    return 0
+        write_json(
+            args.json,
+            {
+                "args": {k: str(v) for k, v in vars(args).items()},
+                "interrupted": interrupted,
+                "summary": summary,
+                "rows": rows,
+            },
+        )
+    return 1 if interrupted else 0
 
 
 if __name__ == "__main__":
