@@ -61,7 +61,11 @@ class MetricsSampler:
             try:
                 await self._task
             except asyncio.CancelledError:
-                pass
+                # The poller's own cancellation ends here; the caller's (Ctrl-C cancels the main task, possibly
+                # while it waits right here) must go on, or the interrupted run would carry on measuring.
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise
         return self.samples
 
 
