@@ -99,6 +99,9 @@ def test_interrupted_run_stops_the_server_and_leaves_no_complete_looking_result(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        # As from a terminal: a test run started in the background of a non-interactive shell (`cmd &`) inherits
+        # SIGINT ignored, and snakemake and its jobs would then never see the Ctrl-C this test sends.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         wait_for(work / "logs/server_loadtest/solo.log", "server ready", proc)
