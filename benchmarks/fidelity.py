@@ -17,6 +17,8 @@ usage (after the default study has built the model, adapters and engine env):
       [--diagnose metrics,trust-env]
 on the H200 (tools/device_study.sh prepare config/gpu-h200.yaml first):
   python3 benchmarks/fidelity.py --config config/gpu-h200.yaml --server vllm-lora-2 --burst 48 --max-tokens 256
+several saved runs summarized together (rounds paired within each run):
+  .venv/bin/python benchmarks/fidelity.py --pool F1.json F2.json ...
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ def compare(rows: list[dict], a_name: str, b_name: str) -> dict:
     b_rows = {r["round"]: r for r in rows if r["client"] == b_name}
     rounds = sorted(set(a_rows) & set(b_rows))
     figures: dict[str, dict] = {}
-    for key, target in FIGURES:
+    for key, target in FIGURES if rounds else ():
         if key not in a_rows[rounds[0]] or key not in b_rows[rounds[0]]:
             continue
         a = [a_rows[i][key] for i in rounds]
@@ -110,6 +112,9 @@ def compare(rows: list[dict], a_name: str, b_name: str) -> dict:
 
 
 def print_comparison(title: str, c: dict) -> None:
+    if not c["rounds"]:
+        print(f"\n{title}: no rounds with both {c['a']} and {c['b']}")
+        return
     print(f"\n{title} ({c['rounds']} rounds)")
     for key, f in c["figures"].items():
         lo, hi = f["ratio_ci95"]
@@ -119,6 +124,71 @@ def print_comparison(title: str, c: dict) -> None:
             f"median per-round ratio {f['paired_ratio_median']:.3f})"
             + ("" if f["target_pct"] is None else f" target ±{f['target_pct']:g}%")
         )
+
+
+def spread_slope(rows: list[dict], client: str) -> tuple[float, float] | None:
+    """Least-squares slope of a client's burst TTFT median on its send spread (ms per ms) across rounds, and
+    the correlation: how much a burst that leaves the client more slowly pays in TTFT."""
+    pts = [(r["send_spread_ms"], r["ttft"]) for r in rows if r["client"] == client and "send_spread_ms" in r]
+    if len(pts) < 3 or len({x for x, _ in pts}) < 2:
+        return None
+    xs, ys = zip(*pts, strict=True)
+    return statistics.linear_regression(xs, ys).slope, statistics.correlation(xs, ys)
+
+
+def summarize(rows: list[dict], diagnose: list[str]) -> dict:
+    """Print and return every comparison the rows allow (rows of one run, or of several runs pooled)."""
+    summary = {"main": compare(rows, "ours", "vllm")}
+    print_comparison("our client vs vllm.benchmarks.serve (each its own burst)", summary["main"])
+    summary["shared"] = compare(rows, "shared:ours", "shared:vllm")
+    print_comparison(
+        "same burst, requests alternating between our request function and vLLM's (timing only)", summary["shared"]
+    )
+    if "metrics" in diagnose:
+        summary["ours+metrics"] = compare(rows, "ours+metrics", "vllm")
+        print_comparison("ours with vLLM's two GET /metrics before the burst vs vLLM's client", summary["ours+metrics"])
+        summary["vllm-no-metrics"] = compare(rows, "ours", "vllm-no-metrics")
+        print_comparison("ours vs vLLM's client without its GET /metrics calls", summary["vllm-no-metrics"])
+    if "trust-env" in diagnose:
+        summary["vllm-no-trust-env"] = compare(rows, "ours", "vllm-no-trust-env")
+        print_comparison("ours vs vLLM's client with trust_env off", summary["vllm-no-trust-env"])
+        summary["trust-env-effect"] = compare(rows, "vllm-no-trust-env", "vllm")
+        print_comparison("vLLM's client: trust_env off vs on (its default)", summary["trust-env-effect"])
+        summary["shared-no-trust-env"] = compare(rows, "shared-no-trust-env:ours", "shared-no-trust-env:vllm")
+        print_comparison(
+            "same burst, vLLM's request function on a session with trust_env off", summary["shared-no-trust-env"]
+        )
+    clients = [c for c in ("ours", "vllm", "vllm-no-trust-env") if any(r["client"] == c for r in rows)]
+    slopes = {c: spread_slope(rows, c) for c in clients}
+    if any(slopes.values()):
+        print("\nTTFT against send spread, within each client (least squares over rounds)")
+        for c, fit in slopes.items():
+            if fit:
+                print(f"  {c:18s} {fit[0]:6.1f} ms of TTFT per ms of send spread (r = {fit[1]:.2f})")
+        summary["spread_slopes"] = {c: fit for c, fit in slopes.items() if fit}
+    print()
+    for key, label in (("main", "vLLM's client as shipped"), ("vllm-no-trust-env", "vLLM's client, trust_env off")):
+        if key in summary and summary[key]["rounds"]:
+            figs = summary[key]["figures"].values()
+            ok = all(f["within"] for f in figs if f["within"] is not None)
+            print(f"our client vs {label}: " + ("within targets" if ok else "OUTSIDE targets"))
+    return summary
+
+
+def pool(files: list[Path]) -> int:
+    """Summarize saved runs (their --json files) together, rounds keyed by run, without a server."""
+    rows: list[dict] = []
+    for k, f in enumerate(files):
+        run = read_json(f)
+        got = run["rows"]
+        rows += [{**r, "round": (k, r["round"])} for r in got]
+        n = len({r["round"] for r in got})
+        print(f"{f}: {n} rounds{' (interrupted run)' if run.get('interrupted') else ''}")
+    clients = {r["client"] for r in rows}
+    diagnose = [d for d, c in (("metrics", "vllm-no-metrics"), ("trust-env", "vllm-no-trust-env")) if c in clients]
+    # a comparison covers the rounds where both of its clients ran, so runs without a variant simply drop out
+    summarize(rows, diagnose)
+    return 0
 
 
 def main() -> int:
@@ -135,9 +205,19 @@ def main() -> int:
         "--diagnose",
         default="",
         help="comma-separated extra variants: 'metrics' (ours with vLLM's two GET /metrics before the burst, and "
-        "vLLM's client without them), 'trust-env' (vLLM's client with its session's trust_env off)",
+        "vLLM's client without them), 'trust-env' (vLLM's client with its session's trust_env off, and a shared "
+        "burst with it off)",
+    )
+    ap.add_argument(
+        "--pool",
+        type=Path,
+        nargs="+",
+        metavar="JSON",
+        help="summarize saved runs (--json outputs) together instead of running; nothing else is read",
     )
     args = ap.parse_args()
+    if args.pool:
+        return pool(args.pool)
     if args.rounds < 5:
         ap.error("--rounds: at least 5 alternations")
     diagnose = [d for d in args.diagnose.split(",") if d]
@@ -206,22 +286,7 @@ def main() -> int:
         f"\n{spec.server_id}: burst {args.burst} x {args.max_tokens} tokens, adapters {'/'.join(names)} round-robin, "
         f"{len(done)} alternations after {args.warmup_rounds} warm-up rounds"
     )
-    summary = {"main": compare(rows, "ours", "vllm")}
-    print_comparison("our client vs vllm.benchmarks.serve (each its own burst)", summary["main"])
-    summary["shared"] = compare(rows, "shared:ours", "shared:vllm")
-    print_comparison(
-        "same burst, requests alternating between our request function and vLLM's (timing only)", summary["shared"]
-    )
-    if "metrics" in diagnose:
-        summary["ours+metrics"] = compare(rows, "ours+metrics", "vllm")
-        print_comparison("ours with vLLM's two GET /metrics before the burst vs vLLM's client", summary["ours+metrics"])
-        summary["vllm-no-metrics"] = compare(rows, "ours", "vllm-no-metrics")
-        print_comparison("ours vs vLLM's client without its GET /metrics calls", summary["vllm-no-metrics"])
-    if "trust-env" in diagnose:
-        summary["vllm-no-trust-env"] = compare(rows, "ours", "vllm-no-trust-env")
-        print_comparison("ours vs vLLM's client with trust_env off", summary["vllm-no-trust-env"])
-    ok = all(f["within"] for f in summary["main"]["figures"].values() if f["within"] is not None)
-    print("\nour client vs vLLM's: " + ("within targets" if ok else "OUTSIDE targets"))
+    summary = summarize(rows, diagnose)
     if args.json:
         write_json(
             args.json,

@@ -161,9 +161,10 @@ def run_ours(cfg: dict, metrics_first: bool = False) -> dict:
     }
 
 
-def run_shared(cfg: dict) -> tuple[dict, dict]:
+def run_shared(cfg: dict, trust_env: bool = True) -> tuple[dict, dict]:
     """One burst whose requests alternate between our request function and vLLM's, each with its own connection
-    pool, all sent in one gather: both clients time requests of the same burst on the same server state."""
+    pool, all sent in one gather: both clients time requests of the same burst on the same server state.
+    ``trust_env=False`` gives vLLM's side a session without the per-request netrc/proxy lookups."""
     import aiohttp
     from vllm.benchmarks.lib.endpoint_request_func import RequestFuncInput, async_request_openai_completions
 
@@ -174,7 +175,7 @@ def run_shared(cfg: dict) -> tuple[dict, dict]:
         ours_s = make_session(n)
         # vLLM's own session settings (benchmark() in vllm/benchmarks/serve.py)
         conn = aiohttp.TCPConnector(limit=n, limit_per_host=n, ttl_dns_cache=300, keepalive_timeout=60)
-        theirs_s = aiohttp.ClientSession(connector=conn, trust_env=True, timeout=aiohttp.ClientTimeout(total=600))
+        theirs_s = aiohttp.ClientSession(connector=conn, trust_env=trust_env, timeout=aiohttp.ClientTimeout(total=600))
         try:
             coros = []
             for i, r in enumerate(reqs):
@@ -220,21 +221,23 @@ def main() -> int:
     if "metrics" in diagnose:
         steps["ours+metrics"] = lambda: run_ours(cfg, metrics_first=True)
         steps["vllm-no-metrics"] = lambda: run_vllm_without_metrics(vargs, cfg["burst"])
+    shared = {"shared": lambda: run_shared(cfg)}
     if "trust-env" in diagnose:
         steps["vllm-no-trust-env"] = lambda: run_vllm_without_trust_env(vargs, cfg["burst"])
+        shared = {"shared-no-trust-env": lambda: run_shared(cfg, trust_env=False), **shared}
     for _ in range(cfg["warmup_rounds"]):
-        for step in steps.values():
+        for step in (*steps.values(), *shared.values()):
             step()
-        run_shared(cfg)
     t0 = time.monotonic()
     with out.open("w") as f:
         for i in range(cfg["rounds"]):
             order = list(steps) if i % 2 == 0 else list(reversed(steps))
             for who in order:
                 f.write(json.dumps({"round": i, "client": who, **steps[who]()}) + "\n")
-            mine, theirs = run_shared(cfg)
-            f.write(json.dumps({"round": i, "client": "shared:ours", **mine}) + "\n")
-            f.write(json.dumps({"round": i, "client": "shared:vllm", **theirs}) + "\n")
+            for name, burst in shared.items():  # "shared" last: its "shared:vllm" line marks a complete round
+                mine, theirs = burst()
+                f.write(json.dumps({"round": i, "client": f"{name}:ours", **mine}) + "\n")
+                f.write(json.dumps({"round": i, "client": f"{name}:vllm", **theirs}) + "\n")
             f.flush()
             done = i + 1
             eta = (time.monotonic() - t0) / done * (cfg["rounds"] - done)
