@@ -136,20 +136,22 @@ def spread_slope(rows: list[dict], client: str) -> tuple[float, float] | None:
     return statistics.linear_regression(xs, ys).slope, statistics.correlation(xs, ys)
 
 
-def summarize(rows: list[dict], diagnose: list[str]) -> dict:
-    """Print and return every comparison the rows allow (rows of one run, or of several runs pooled)."""
+def summarize(rows: list[dict]) -> dict:
+    """Print and return every comparison the rows allow (rows of one run, or of several runs pooled): the
+    --diagnose variants are compared where their clients appear in the rows."""
+    clients = {r["client"] for r in rows}
     summary = {"main": compare(rows, "ours", "vllm")}
     print_comparison("our client vs vllm.benchmarks.serve (each its own burst)", summary["main"])
     summary["shared"] = compare(rows, "shared:ours", "shared:vllm")
     print_comparison(
         "same burst, requests alternating between our request function and vLLM's (timing only)", summary["shared"]
     )
-    if "metrics" in diagnose:
+    if "vllm-no-metrics" in clients:
         summary["ours+metrics"] = compare(rows, "ours+metrics", "vllm")
         print_comparison("ours with vLLM's two GET /metrics before the burst vs vLLM's client", summary["ours+metrics"])
         summary["vllm-no-metrics"] = compare(rows, "ours", "vllm-no-metrics")
         print_comparison("ours vs vLLM's client without its GET /metrics calls", summary["vllm-no-metrics"])
-    if "trust-env" in diagnose:
+    if "vllm-no-trust-env" in clients:
         summary["vllm-no-trust-env"] = compare(rows, "ours", "vllm-no-trust-env")
         print_comparison("ours vs vLLM's client with trust_env off", summary["vllm-no-trust-env"])
         summary["trust-env-effect"] = compare(rows, "vllm-no-trust-env", "vllm")
@@ -158,8 +160,7 @@ def summarize(rows: list[dict], diagnose: list[str]) -> dict:
         print_comparison(
             "same burst, vLLM's request function on a session with trust_env off", summary["shared-no-trust-env"]
         )
-    clients = [c for c in ("ours", "vllm", "vllm-no-trust-env") if any(r["client"] == c for r in rows)]
-    slopes = {c: spread_slope(rows, c) for c in clients}
+    slopes = {c: spread_slope(rows, c) for c in ("ours", "vllm", "vllm-no-trust-env") if c in clients}
     if any(slopes.values()):
         print("\nTTFT against send spread, within each client (least squares over rounds)")
         for c, fit in slopes.items():
@@ -184,10 +185,8 @@ def pool(files: list[Path]) -> int:
         rows += [{**r, "round": (k, r["round"])} for r in got]
         n = len({r["round"] for r in got})
         print(f"{f}: {n} rounds{' (interrupted run)' if run.get('interrupted') else ''}")
-    clients = {r["client"] for r in rows}
-    diagnose = [d for d, c in (("metrics", "vllm-no-metrics"), ("trust-env", "vllm-no-trust-env")) if c in clients]
     # a comparison covers the rounds where both of its clients ran, so runs without a variant simply drop out
-    summarize(rows, diagnose)
+    summarize(rows)
     return 0
 
 
@@ -286,7 +285,7 @@ def main() -> int:
         f"\n{spec.server_id}: burst {args.burst} x {args.max_tokens} tokens, adapters {'/'.join(names)} round-robin, "
         f"{len(done)} alternations after {args.warmup_rounds} warm-up rounds"
     )
-    summary = summarize(rows, diagnose)
+    summary = summarize(rows)
     if args.json:
         write_json(
             args.json,
