@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import random
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -21,12 +22,15 @@ from typing import Any
 import aiohttp
 
 from .engines import Engine, ServerSpec, get_engine
+from .harness import CpuPlan, confine_group, pin_self, plan_cpus, quiet_gc
+from .harness import settings as harness_settings
 from .io import read_json, write_json, write_jsonl
 from .loadgen.client import CompletionRequest, RequestRecord, make_session, run_burst, run_concurrency
 from .loadgen.workload import measurement_plan, set_key
 from .metrics import MetricsSampler, summarize_samples
 from .resources import gpu_memory, group_rss_mib, machine_facts
 from .server import ManagedServer, free_port, terminate_on_signals
+from .stats import MedianInterval, outliers_below, reached_target
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +41,16 @@ class LoadtestJob:
     request_set: str  # path of the request-set JSON
     conditions: list[str]
     bursts: list[int]
-    repetitions: int
-    bursts_per_measurement: int = 1
+    repetitions: int  # at least this many measurements per cell
+    bursts_per_measurement: int = 1  # at least this many bursts per measurement
     warmup_bursts: int = 1
+    min_measurement_s: float = 0.0  # bursts repeated until their summed wall time reaches this
+    max_bursts_per_measurement: int = 1000
+    max_repetitions: int = 0  # adaptive repetitions up to this many (0: exactly ``repetitions``)
+    target_ci_pct: float = 2.0  # ... until the 95 % interval of the cell's median is within ± this
+    outlier_fraction: float = 0.75  # bursts below this x their measurement's median are counted as slow
+    harness: dict[str, str] = field(default_factory=lambda: dict(harness_settings(None)))
+    hardware: str = ""  # "cpu" or "gpu"; detected when empty
     shuffle_seed: int = 0
     request_timeout_s: float = 300.0
     readiness_timeout_s: float = 600.0
@@ -49,6 +60,10 @@ class LoadtestJob:
     out_dir: str = "."
     host: str = "127.0.0.1"
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.harness = harness_settings(self.harness)
+        self.max_repetitions = max(self.max_repetitions, self.repetitions)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LoadtestJob:
@@ -78,16 +93,36 @@ def _median_ms(values: list[float]) -> float:
     return 1000.0 * statistics.median(vals) if vals else float("nan")
 
 
-def measurement_row(records: list[RequestRecord], base: dict[str, Any]) -> dict[str, Any]:
-    """Aggregate one measurement (one or more consecutive bursts). Throughput counts completed requests' tokens
-    only; a measurement with any error is marked, never silently averaged."""
+def _burst_figures(recs: list[RequestRecord]) -> tuple[float, int, float]:
+    """(wall time, completed tokens, throughput) of one burst: first request start to last request end."""
+    wall = max(r.end_s for r in recs) - min(r.start_s for r in recs)
+    tokens = sum(r.completion_tokens for r in recs if r.ok)
+    return wall, tokens, tokens / wall if wall > 0 else float("nan")
+
+
+def measurement_row(
+    bursts: list[list[RequestRecord]] | list[RequestRecord], base: dict[str, Any], outlier_fraction: float = 0.75
+) -> dict[str, Any]:
+    """Aggregate one measurement: one or more consecutive bursts (a flat list of records is one burst).
+
+    ``throughput_tok_s`` is the median of the bursts' own throughputs (tokens of the burst / its wall time), so
+    one stalled burst cannot move it; ``throughput_total_tok_s`` is the source study's definition, all tokens
+    over the bursts' summed wall time (the gaps between bursts, where the harness scrapes metrics, are not
+    counted). Bursts slower than ``outlier_fraction`` x the median burst are counted in ``outlier_bursts``,
+    never dropped. Throughput counts completed requests' tokens only; a measurement with any error is marked,
+    never silently averaged."""
+    groups: list[list[RequestRecord]] = (
+        [list(bursts)] if bursts and isinstance(bursts[0], RequestRecord) else [list(b) for b in bursts]  # type: ignore[arg-type]
+    )
+    records = [r for g in groups for r in g]
     ok = [r for r in records if r.ok]
-    t0 = min(r.start_s for r in records)
-    t1 = max(r.end_s for r in records)
-    duration = t1 - t0
+    figures = [_burst_figures(g) for g in groups if g]
+    walls = [f[0] for f in figures]
+    burst_tps = [f[2] for f in figures]
     tokens = sum(r.completion_tokens for r in ok)
     itl = [x for r in ok for x in r.itl_s]
     errors = [r.error for r in records if not r.ok]
+    burst_s = sum(walls)
     return {
         **base,
         "n_requests": len(records),
@@ -96,8 +131,13 @@ def measurement_row(records: list[RequestRecord], base: dict[str, Any]) -> dict[
         "errors": sorted(set(errors))[:5],
         "completion_tokens": tokens,
         "prompt_tokens": sum(r.prompt_tokens for r in ok),
-        "duration_s": duration,
-        "throughput_tok_s": tokens / duration if duration > 0 else float("nan"),
+        "duration_s": max(r.end_s for r in records) - min(r.start_s for r in records),
+        "burst_s": burst_s,
+        "n_bursts": len(groups),
+        "burst_tok_s": [round(v, 3) for v in burst_tps],
+        "outlier_bursts": len(outliers_below(burst_tps, outlier_fraction)),
+        "throughput_tok_s": statistics.median(burst_tps) if burst_tps else float("nan"),
+        "throughput_total_tok_s": tokens / burst_s if burst_s > 0 else float("nan"),
         "ttft_median_ms": _median_ms([r.ttft_s for r in ok]),
         "itl_median_ms": _median_ms(itl),
         "latency_median_ms": _median_ms([r.latency_s for r in ok]),
@@ -145,33 +185,76 @@ async def send(
     )
 
 
-async def _measure_all(
-    job: LoadtestJob, engine: Engine, spec: ServerSpec, srv: ManagedServer, rset: dict[str, Any]
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    records: list[dict[str, Any]] = []
-    measurements: list[dict[str, Any]] = []
-    metric_rows: list[dict[str, Any]] = []
-    max_burst = max(job.bursts)
-    async with make_session(max_burst) as session:
-        # Warm-up: every condition x burst, recorded, flagged, excluded from statistics.
-        for cond in job.conditions:
-            for burst in sorted(job.bursts):
-                for w in range(job.warmup_bursts):
-                    reqs = _requests_for(engine, spec, rset, cond, burst, f"warmup{w}")
-                    warm_recs = await send(session, srv.base_url, reqs, job)
+def _row_base(spec: ServerSpec, cond: str, burst: int, rep: int, order: int, warmup: bool, mid: str) -> dict[str, Any]:
+    return {
+        "server": spec.server_id,
+        "condition": cond,
+        "burst": burst,
+        "rep": rep,
+        "order": order,
+        "warmup": warmup,
+        "measurement_id": mid,
+    }
+
+
+@dataclass
+class Measurer:
+    """The measuring part of a server job, on a ready server: warm-up, the shuffled plan, adaptive extra
+    repetitions, and where the time went."""
+
+    job: LoadtestJob
+    engine: Engine
+    spec: ServerSpec
+    base_url: str
+    rset: dict[str, Any]
+    session: aiohttp.ClientSession
+    records: list[dict[str, Any]] = field(default_factory=list)
+    measurements: list[dict[str, Any]] = field(default_factory=list)
+    metric_rows: list[dict[str, Any]] = field(default_factory=list)
+    gpu_peak: dict[int, int] = field(default_factory=dict)
+    timing: dict[str, float] = field(default_factory=lambda: {"warmup_s": 0.0, "measuring_s": 0.0, "between_s": 0.0})
+
+    def _sampler(self) -> MetricsSampler:
+        return MetricsSampler(
+            self.session,
+            self.base_url + self.engine.metrics_path,
+            self.engine.metric_prefixes,
+            self.job.metrics_interval_s,
+        )
+
+    async def bursts(
+        self, cond: str, burst: int, tag: str, min_s: float, min_n: int, max_n: int, metrics: str
+    ) -> tuple[list[list[RequestRecord]], list[dict[str, Any]]]:
+        """Consecutive bursts of one cell until at least ``min_n`` bursts and ``min_s`` seconds of bursts (at
+        most ``max_n``), with the garbage collector quiet throughout and metrics scraped as ``metrics`` says."""
+        sampler = self._sampler()
+        groups: list[list[RequestRecord]] = []
+        busy = 0.0
+        with quiet_gc(self.job.harness["gc"]):
+            if metrics == "during":
+                sampler.start()
+            while len(groups) < min_n or (busy < min_s and len(groups) < max_n):
+                reqs = _requests_for(self.engine, self.spec, self.rset, cond, burst, f"{tag}/{len(groups)}")
+                recs = await send(self.session, self.base_url, reqs, self.job)
+                groups.append(recs)
+                busy += _burst_figures(recs)[0]
+                if metrics == "between":
+                    await sampler.scrape_once()
+            samples = await sampler.stop()
+        return groups, samples
+
+    async def warm_up(self) -> None:
+        """Every condition x burst, recorded, flagged, excluded from statistics; scraped while in flight, so queue
+        depths are seen for every condition whatever the measurements do."""
+        t0 = time.monotonic()
+        for cond in self.job.conditions:
+            for burst in sorted(self.job.bursts):
+                for w in range(self.job.warmup_bursts):
                     mid = f"warmup/{cond}/{burst}/{w}"
-                    base = {
-                        "server": spec.server_id,
-                        "condition": cond,
-                        "burst": burst,
-                        "rep": -1 - w,
-                        "order": -1,
-                        "warmup": True,
-                        "measurement_id": mid,
-                    }
-                    row = measurement_row(warm_recs, base)
-                    measurements.append(row)
-                    records += [{**r.to_row(), **base} for r in warm_recs]
+                    metrics = "off" if self.job.harness["metrics"] == "off" else "during"
+                    groups, samples = await self.bursts(cond, burst, f"warmup{w}", 0.0, 1, 1, metrics)
+                    self._keep(groups, samples, _row_base(self.spec, cond, burst, -1 - w, -1, True, mid))
+                    row = self.measurements[-1]
                     log.info(
                         "warm-up %-10s burst %3d: %8.1f tok/s, %d errors",
                         cond,
@@ -179,69 +262,140 @@ async def _measure_all(
                         row["throughput_tok_s"],
                         row["n_errors"],
                     )
+        self.timing["warmup_s"] = time.monotonic() - t0
+
+    def _keep(self, groups: list[list[RequestRecord]], samples: list[dict[str, Any]], base: dict[str, Any]) -> None:
+        row = measurement_row(groups, base, self.job.outlier_fraction)
+        row["metrics"] = summarize_samples(samples)
+        self.measurements.append(row)
+        for k, recs in enumerate(groups):
+            self.records += [{**r.to_row(), **base, "burst_index": k} for r in recs]
+        self.metric_rows += [{**s, "measurement_id": base["measurement_id"]} for s in samples]
+
+    async def measure(self, cell: dict[str, Any]) -> dict[str, Any]:
+        cond, burst, rep = cell["condition"], cell["burst"], cell["rep"]
+        mid = f"{cond}/{burst}/{rep}"
+        job = self.job
+        t0 = time.monotonic()
+        groups, samples = await self.bursts(
+            cond,
+            burst,
+            mid,
+            job.min_measurement_s,
+            job.bursts_per_measurement,
+            job.max_bursts_per_measurement,
+            job.harness["metrics"],
+        )
+        self._keep(groups, samples, _row_base(self.spec, cond, burst, rep, cell["order"], False, mid))
+        row = self.measurements[-1]
+        self.timing["measuring_s"] += row["burst_s"]
+        self.timing["between_s"] += time.monotonic() - t0 - row["burst_s"]
+        for g in gpu_memory() or []:  # between measurements: never while requests are in flight
+            self.gpu_peak[g["index"]] = max(self.gpu_peak.get(g["index"], 0), g["used_mib"])
+        return row
+
+    def _pending(self, values: dict[tuple[str, int], list[float]]) -> list[tuple[str, int]]:
+        job = self.job
+        return [
+            key
+            for key, vals in sorted(values.items())
+            if len(vals) < job.max_repetitions and not reached_target(vals, job.target_ci_pct, job.repetitions)
+        ]
+
+    async def run(self) -> dict[str, Any]:
+        job = self.job
+        await self.warm_up()
         plan = measurement_plan(job.conditions, job.bursts, job.repetitions, job.shuffle_seed)
-        gpu_peak: dict[int, int] = {}
+        values: dict[tuple[str, int], list[float]] = {(c, b): [] for c in job.conditions for b in job.bursts}
+        reps = dict.fromkeys(values, 0)
         t_start = time.monotonic()
-        for i, cell in enumerate(plan):
-            cond, burst, rep = cell["condition"], cell["burst"], cell["rep"]
-            mid = f"{cond}/{burst}/{rep}"
-            sampler = MetricsSampler(
-                session, srv.base_url + engine.metrics_path, engine.metric_prefixes, job.metrics_interval_s
-            )
-            sampler.start()
-            recs: list[RequestRecord] = []
-            for k in range(job.bursts_per_measurement):
-                reqs = _requests_for(engine, spec, rset, cond, burst, f"{mid}/{k}")
-                recs += await send(session, srv.base_url, reqs, job)
-            samples = await sampler.stop()
-            for g in gpu_memory() or []:
-                gpu_peak[g["index"]] = max(gpu_peak.get(g["index"], 0), g["used_mib"])
-            base = {
-                "server": spec.server_id,
-                "condition": cond,
-                "burst": burst,
-                "rep": rep,
-                "order": cell["order"],
-                "warmup": False,
-                "measurement_id": mid,
-            }
-            row = measurement_row(recs, base)
-            row["metrics"] = summarize_samples(samples)
-            measurements.append(row)
-            records += [{**r.to_row(), **base} for r in recs]
-            metric_rows += [{**s, "measurement_id": mid} for s in samples]
-            elapsed = time.monotonic() - t_start
-            eta = elapsed / (i + 1) * (len(plan) - i - 1)
-            log.info(
-                "[%s %d/%d] %-10s burst %3d rep %d: %8.1f tok/s, ITL %.1f ms, %d errors (eta %.0f s)",
-                spec.server_id,
-                i + 1,
-                len(plan),
-                cond,
-                burst,
-                rep,
-                row["throughput_tok_s"],
-                row["itl_median_ms"],
-                row["n_errors"],
-                eta,
-            )
-        probes = await _probe(session, srv.base_url, engine, spec)
-        probes["gpu_memory_peak_mib"] = gpu_peak or None
-    return records, measurements, metric_rows, probes
+        done = 0
+        extra_round = 0
+        while plan:
+            for cell in plan:
+                row = await self.measure(cell)
+                key = (cell["condition"], cell["burst"])
+                reps[key] += 1
+                if row["n_errors"] == 0:
+                    values[key].append(row["throughput_tok_s"])
+                done += 1
+                iv = MedianInterval.of(values[key])
+                log.info(
+                    "[%s %d] %-10s burst %3d rep %d: %8.1f tok/s (%d bursts, %d slow), ITL %.1f ms, %d errors; "
+                    "cell n=%d ±%.1f%% (%.0f s so far)",
+                    self.spec.server_id, done, cell["condition"], cell["burst"], cell["rep"], row["throughput_tok_s"],
+                    row["n_bursts"], row["outlier_bursts"], row["itl_median_ms"], row["n_errors"], iv.n,
+                    iv.halfwidth_pct, time.monotonic() - t_start,
+                )  # fmt: skip
+            pending = self._pending(values)
+            extra_round += 1
+            plan = measurement_plan_extra(pending, reps, done, job.shuffle_seed + extra_round)
+            if plan:
+                log.info("%d cells not yet within ±%.1f%%: one more repetition each", len(plan), job.target_ci_pct)
+        probes = await _probe(self.session, self.base_url, self.engine, self.spec)
+        probes["gpu_memory_peak_mib"] = self.gpu_peak or None
+        return probes
 
 
-def engine_server(engine: Engine, spec: ServerSpec, host: str, log_path: Path, pidfile: Path | None) -> ManagedServer:
-    """A managed server for one spec on a free loopback port (not started yet)."""
+def measurement_plan_extra(
+    pending: list[tuple[str, int]], reps: dict[tuple[str, int], int], first_order: int, seed: int
+) -> list[dict[str, Any]]:
+    """One more repetition of each pending cell, in a seeded shuffled order, numbered after what was measured."""
+    cells = list(pending)
+    random.Random(seed).shuffle(cells)
+    return [
+        {"order": first_order + i, "condition": c, "burst": b, "rep": reps[(c, b)]} for i, (c, b) in enumerate(cells)
+    ]
+
+
+async def _measure_all(
+    job: LoadtestJob, engine: Engine, spec: ServerSpec, srv: ManagedServer, rset: dict[str, Any]
+) -> tuple[Measurer, dict[str, Any]]:
+    async with make_session(max(job.bursts)) as session:
+        m = Measurer(job, engine, spec, srv.base_url, rset, session)
+        probes = await m.run()
+    return m, probes
+
+
+def engine_server(
+    engine: Engine, spec: ServerSpec, host: str, log_path: Path, pidfile: Path | None, cpus: CpuPlan | None = None
+) -> ManagedServer:
+    """A managed server for one spec on a free loopback port (not started yet), on the CPUs ``cpus`` gives it."""
     port = free_port(host)
+    cpus = cpus or CpuPlan()
+    env = {**engine.environment(spec), **(engine.cpu_threads_env(cpus.engine_threads) if cpus.engine_threads else {})}
     return ManagedServer(
         engine.command(spec, host, port),
-        {**engine.environment(spec), **spec.env},
+        {**env, **spec.env},
         log_path,
         host,
         port,
         engine.ready_path,
         pidfile=pidfile,
+        # A CPU build binds its compute threads itself, inside the CPUs it starts with: it starts unconfined and
+        # the rest of its threads are moved once it is ready (``ready_server``).
+        cpus=None if cpus.engine_threads else cpus.server,
     )
+
+
+def ready_server(srv: ManagedServer, cpus: CpuPlan, timeout_s: float) -> tuple[float, dict[str, int]]:
+    """Wait until the server answers, then put its threads where ``cpus`` says."""
+    ready = srv.wait_ready(timeout_s)
+    assert srv.proc is not None
+    placed = confine_group(srv.proc.pid, cpus) if cpus.engine_threads else {}
+    if placed:
+        log.info("server threads placed: %d of the front end on CPUs %s, %d of the engine on CPUs %s (%d kept)",
+                 placed["front_end"], list(cpus.server or ()), placed["engine"], list(cpus.engine_threads or ()),
+                 placed["kept"])  # fmt: skip
+    return ready, placed
+
+
+def job_cpus(job: LoadtestJob) -> CpuPlan:
+    """The job's CPU layout; the calling process (the client) is pinned to its share at once."""
+    hardware = job.hardware or ("gpu" if gpu_memory() else "cpu")
+    plan = plan_cpus(job.harness["pin"], hardware)
+    pin_self(plan.client)
+    return plan
 
 
 def _server_config(spec: ServerSpec, conditions: list[str], bursts: list[int]) -> dict[str, Any]:
@@ -270,7 +424,8 @@ def run_loadtest(job: LoadtestJob) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     server_log = out / "server.log.partial"
     server_log.unlink(missing_ok=True)
-    srv = engine_server(engine, spec, job.host, server_log, out / "server.pid")
+    cpus = job_cpus(job)
+    srv = engine_server(engine, spec, job.host, server_log, out / "server.pid", cpus)
     facts: dict[str, Any] = {
         "server": spec.server_id,
         "engine": spec.engine,
@@ -279,17 +434,39 @@ def run_loadtest(job: LoadtestJob) -> dict[str, Any]:
         "config": _server_config(spec, job.conditions, job.bursts),
         "argv": srv.argv,
         "machine": machine_facts(),
+        "harness": {**job.harness, "cpus": cpus.as_dict()},
+        "measurement": {
+            "min_repetitions": job.repetitions,
+            "max_repetitions": job.max_repetitions,
+            "target_ci_pct": job.target_ci_pct,
+            "min_measurement_s": job.min_measurement_s,
+            "min_bursts": job.bursts_per_measurement,
+            "max_bursts": job.max_bursts_per_measurement,
+            "outlier_fraction": job.outlier_fraction,
+        },
     }
+    t_job = time.monotonic()
     with terminate_on_signals(), srv:
         facts["gpu_memory_before_mib"] = gpu_memory()
-        facts["readiness_s"] = srv.wait_ready(job.readiness_timeout_s)
+        facts["readiness_s"], facts["harness"]["threads_placed"] = ready_server(srv, cpus, job.readiness_timeout_s)
         facts["gpu_memory_ready_mib"] = gpu_memory()
         assert srv.proc is not None
         facts["host_rss_ready_mib"] = group_rss_mib(srv.proc.pid)
-        records, measurements, metric_rows, probes = asyncio.run(_measure_all(job, engine, spec, srv, rset))
+        t_ready = time.monotonic()
+        m, probes = asyncio.run(_measure_all(job, engine, spec, srv, rset))
+        t_measured = time.monotonic()
+        records, measurements, metric_rows = m.records, m.measurements, m.metric_rows
         facts["host_rss_end_mib"] = group_rss_mib(srv.proc.pid)
         facts["probes"] = probes
     facts["gpu_memory_after_stop_mib"] = gpu_memory()
+    t_end = time.monotonic()
+    facts["timing"] = {
+        "readiness_s": t_ready - t_job,
+        **m.timing,
+        "probes_s": t_measured - t_ready - sum(m.timing.values()),
+        "stop_s": t_end - t_measured,
+        "total_s": t_end - t_job,
+    }
     log_text = server_log.read_text(errors="replace")
     facts["log"] = engine.parse_log(log_text)
     if facts["log"].get("engine_version") and not facts["engine_version"]:
@@ -338,6 +515,13 @@ def job_from_rule(params: dict[str, Any], inputs: Any, out_dir: Path) -> Loadtes
         request_timeout_s=float(params["request_timeout_s"]),
         readiness_timeout_s=float(params["readiness_timeout_s"]),
         metrics_interval_s=float(params["metrics_interval_s"]),
+        min_measurement_s=float(params["min_measurement_s"]),
+        max_bursts_per_measurement=int(params["max_bursts_per_measurement"]),
+        max_repetitions=int(params["max_repetitions"] or 0),
+        target_ci_pct=float(params["target_ci_pct"]),
+        outlier_fraction=float(params["outlier_fraction"]),
+        harness=dict(params["harness"]),
+        hardware=params["hardware"],
         load=dict(params.get("load") or {"shape": "burst"}),
         engine_version=env_info.get("version") or "",
         out_dir=str(out_dir),

@@ -38,17 +38,23 @@ class MetricsSampler:
         self.samples: list[dict[str, Any]] = []
         self._task: asyncio.Task[None] | None = None
 
+    async def scrape_once(self) -> None:
+        """One sample now (between bursts: nothing is in flight, so the engine's HTTP front end is idle)."""
+        if not self.prefixes:
+            return
+        t = time.time()
+        try:
+            async with self.session.get(self.url, timeout=aiohttp.ClientTimeout(total=2)) as r:
+                text = await r.text()
+            for row in parse_prometheus(text, self.prefixes):
+                row["t"] = t
+                self.samples.append(row)
+        except (aiohttp.ClientError, TimeoutError):
+            pass
+
     async def _run(self) -> None:
         while True:
-            t = time.time()
-            try:
-                async with self.session.get(self.url, timeout=aiohttp.ClientTimeout(total=2)) as r:
-                    text = await r.text()
-                for row in parse_prometheus(text, self.prefixes):
-                    row["t"] = t
-                    self.samples.append(row)
-            except (aiohttp.ClientError, TimeoutError):
-                pass
+            await self.scrape_once()
             await asyncio.sleep(self.interval_s)
 
     def start(self) -> None:

@@ -20,9 +20,10 @@ import aiohttp
 
 from .engines import Engine, ServerSpec, get_engine
 from .engines.base import adapter_path_allowed
+from .harness import CpuPlan
 from .io import write_json, write_jsonl
 from .loadgen.client import CompletionRequest, RequestRecord, make_session, run_burst
-from .loadtest import LoadtestJob, engine_server
+from .loadtest import LoadtestJob, engine_server, job_cpus, ready_server
 from .resources import machine_facts
 from .server import ManagedServer, ServerStartError, terminate_on_signals
 
@@ -174,7 +175,7 @@ async def _cycles(
 
 
 def probe_cpu_loras(
-    engine: Engine, spec: ServerSpec, host: str, out_dir: Path, timeout_s: float
+    engine: Engine, spec: ServerSpec, host: str, out_dir: Path, timeout_s: float, cpus: CpuPlan | None = None
 ) -> dict[str, Any] | None:
     """Start the engine with max_cpu_loras < max_loras and record whether it refuses (exits before ready)."""
     if engine.name != "vllm" or not spec.max_loras or spec.max_loras < 2:
@@ -182,7 +183,7 @@ def probe_cpu_loras(
     bad = dataclasses.replace(spec, max_cpu_loras=spec.max_loras - 1, runtime_lora=False)
     logp = out_dir / "probe_cpu_loras.log"
     logp.unlink(missing_ok=True)
-    srv = engine_server(engine, bad, host, logp, out_dir / "probe.pid")
+    srv = engine_server(engine, bad, host, logp, out_dir / "probe.pid", cpus)
     t0 = time.monotonic()
     with srv:
         try:
@@ -212,11 +213,12 @@ def run_runtime_load(job: LoadtestJob, rl: dict[str, Any]) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     server_log = out / "server.log.partial"
     server_log.unlink(missing_ok=True)
+    cpus = job_cpus(job)
     with terminate_on_signals():
-        probe = probe_cpu_loras(engine, spec, job.host, out, job.readiness_timeout_s)
-        srv = engine_server(engine, spec, job.host, server_log, out / "server.pid")
+        probe = probe_cpu_loras(engine, spec, job.host, out, job.readiness_timeout_s, cpus)
+        srv = engine_server(engine, spec, job.host, server_log, out / "server.pid", cpus)
         with srv:
-            ready_s = srv.wait_ready(job.readiness_timeout_s)
+            ready_s, _ = ready_server(srv, cpus, job.readiness_timeout_s)
             result, rows = asyncio.run(_cycles(job, rl, engine, spec, srv, rset))
     result.update(
         status="ok",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import logging
 import os
 import signal
@@ -38,9 +39,12 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _child_setup() -> None:  # runs in the child between fork and exec
+def _child_setup(cpus: tuple[int, ...] | None = None) -> None:  # runs in the child between fork and exec
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if cpus:
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, cpus)
 
 
 def group_alive(pgid: int) -> bool:
@@ -132,8 +136,10 @@ class ManagedServer:
         port: int,
         ready_path: str,
         pidfile: Path | None = None,
+        cpus: tuple[int, ...] | None = None,
     ) -> None:
         self.argv = argv
+        self.cpus = cpus  # CPUs the server's processes start on (their children inherit it)
         self.env = env
         self.log_path = log_path
         self.host = host
@@ -162,7 +168,7 @@ class ManagedServer:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=_child_setup,  # noqa: PLW1509 - only prctl, safe before exec
+            preexec_fn=functools.partial(_child_setup, self.cpus),  # noqa: PLW1509 - prctl + affinity only
         )
         self._logf = logf
         if self.pidfile:

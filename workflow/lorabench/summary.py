@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from .io import read_json, read_jsonl, write_json
-from .stats import Summary, first_stands_out
+from .stats import MedianInterval, Summary, first_stands_out, reached_target
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +24,8 @@ INT_KEYS = (
     "max_lora_rank",
     "burst",
     "throughput_n",
+    "bursts_measured",
+    "outlier_bursts",
     "measurements",
     "measurements_with_errors",
     "request_errors",
@@ -48,6 +50,8 @@ def _record(row: dict[str, Any]) -> dict[str, Any]:
 def _flatten(m: dict[str, Any]) -> dict[str, Any]:
     row = {k: v for k, v in m.items() if k not in ("metrics", "errors")}
     row["errors"] = " | ".join(m.get("errors") or [])
+    if "burst_tok_s" in m:
+        row["burst_tok_s"] = " ".join(f"{v:.1f}" for v in m["burst_tok_s"])
     for k, v in (m.get("metrics") or {}).items():
         row[f"m_{k}"] = ",".join(v) if isinstance(v, list) else v
     return row
@@ -61,14 +65,47 @@ def _clean(v: Any) -> Any:
     return v
 
 
-def summarize_cell(ms: pd.DataFrame) -> dict[str, Any]:
-    """Statistics of one server x condition x burst from its measured (non-warm-up) rows."""
+QUEUE_COLS = (
+    "m_num_requests_running_max",
+    "m_num_requests_waiting_max",
+    "m_num_requests_waiting_by_reason_deferred_max",
+    "m_num_running_reqs_max",
+    "m_num_queue_reqs_max",
+)
+
+
+def _col(df: pd.DataFrame, name: str) -> pd.Series:
+    return df[name] if name in df else pd.Series([float("nan")] * len(df), index=df.index, dtype=float)
+
+
+def summarize_cell(
+    ms: pd.DataFrame, warm: pd.DataFrame | None = None, target_pct: float | None = None
+) -> dict[str, Any]:
+    """Statistics of one server x condition x burst from its measured (non-warm-up) rows.
+
+    The figure is the median over repetitions of each measurement's median burst (``throughput_*``), with the
+    95 % interval of that median and whether it reached ``target_pct``; the source study's definition (all
+    tokens over the bursts' wall time) is kept beside it (``throughput_total_*``)."""
     ms = ms.sort_values("order")
     clean = ms[ms["n_errors"] == 0]
-    tp = Summary.of(list(clean["throughput_tok_s"]))
+    values = list(clean["throughput_tok_s"])
+    tp = Summary.of(values)
+    iv = MedianInterval.of(values)
+    total = Summary.of(list(_col(clean, "throughput_total_tok_s").dropna()))
     flag, dev = first_stands_out(list(ms["throughput_tok_s"]))
     row: dict[str, Any] = {
         **tp.as_dict("throughput"),
+        "throughput_ci_lo": iv.lo,
+        "throughput_ci_hi": iv.hi,
+        "throughput_ci_pct": iv.halfwidth_pct,
+        "throughput_ci_coverage": iv.coverage,
+        "target_ci_pct": target_pct,
+        "reached_target": None if target_pct is None else bool(reached_target(values, target_pct, 1)),
+        "throughput_total_median": total.median,
+        "throughput_total_spread_pct": total.spread_pct,
+        "bursts_measured": int(_col(ms, "n_bursts").fillna(1).sum()),
+        "outlier_bursts": int(_col(ms, "outlier_bursts").fillna(0).sum()),
+        "measured_s": float(_col(ms, "burst_s").fillna(0).sum()),
         "ttft_median_ms": float(clean["ttft_median_ms"].median()) if len(clean) else float("nan"),
         "itl_median_ms": float(clean["itl_median_ms"].median()) if len(clean) else float("nan"),
         "latency_median_ms": float(clean["latency_median_ms"].median()) if len(clean) else float("nan"),
@@ -82,15 +119,14 @@ def summarize_cell(ms: pd.DataFrame) -> dict[str, Any]:
         "first_rep_stands_out": bool(flag),
         "values": [round(float(v), 2) for v in ms["throughput_tok_s"]],
     }
-    for col in (
-        "m_num_requests_running_max",
-        "m_num_requests_waiting_max",
-        "m_num_requests_waiting_by_reason_deferred_max",
-        "m_num_running_reqs_max",
-        "m_num_queue_reqs_max",
-    ):
-        if col in ms:
-            row[col[2:] + "_median"] = float(ms[col].median())
+    for col in QUEUE_COLS:
+        # Queue depths come from scrapes while requests are in flight: the measurements' own when the harness
+        # scraped during them, else the warm-up bursts' (always scraped in flight).
+        series = _col(ms, col).dropna()
+        if series.empty or not series.max():
+            series = _col(warm, col).dropna() if warm is not None and len(warm) else series
+        if len(series):
+            row[col[2:] + "_median"] = float(series.median())
     return row
 
 
@@ -134,7 +170,8 @@ def aggregate(
                     measured = sel[~sel["warmup"].astype(bool)]
                     warm = sel[sel["warmup"].astype(bool)]
                     if len(measured):
-                        cell.update(summarize_cell(measured))
+                        target = (fact.get("measurement") or {}).get("target_ci_pct")
+                        cell.update(summarize_cell(measured, warm, target))
                         cell["warmup_throughput"] = float(warm["throughput_tok_s"].median()) if len(warm) else None
                     else:
                         cell["status"] = "missing: no measurements"
@@ -186,6 +223,7 @@ def aggregate(
                 "device": ((f.get("machine") or {}).get("gpus") or [{}])[0].get("name")
                 or (f.get("machine") or {}).get("cpu"),
                 "models_listed_ok": probes.get("models_listed_ok"),
+                **{f"time_{k}": v for k, v in (f.get("timing") or {}).items()},
                 "wrong_model_status": probes.get("wrong_model_status"),
             }
         )

@@ -67,6 +67,11 @@ class Engine(ABC):
         """Environment variables the engine needs on top of the spec's own."""
         return {}
 
+    def cpu_threads_env(self, cpus: tuple[int, ...]) -> dict[str, str]:
+        """Environment that keeps the engine's compute threads on ``cpus`` (CPU builds; empty where the engine
+        has no such setting)."""
+        return {}
+
     @abstractmethod
     def request_model(self, spec: ServerSpec, adapter: str | None) -> str:
         """The ``model`` field of a request that should use ``adapter`` (None or "base" for the base model)."""

