@@ -31,6 +31,8 @@ case "${1:-}" in
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl-snake/*.whl || { step FAILED pip; exit 5; }
     step restore "$sdir"
     python3 tools/study_results.py restore "$sdir" results | tail -3
+    step wait-kits
+    for i in $(seq 1 60); do [ -f /tmp/vllm-site/.kit-ready ] && [ -f /tmp/sglang-site/.kit-ready ] && break; sleep 5; done
     step prepare
     engines=$(python3 -c "import yaml;print(' '.join(yaml.safe_load(open('$cfg'))['engines']))")
     adapters=$(python3 -c "import yaml;print(' '.join('results/adapters/%s.json'%a for a in yaml.safe_load(open('$cfg'))['adapters']))")
