@@ -122,6 +122,9 @@ def render_report(
         prov=prov,
         engines_in_study=engines_in_study,
         slot_rows=slot_rows,
+        measurement=next(
+            (f["measurement"] for f in summary.get("server_facts_raw", {}).values() if f.get("measurement")), {}
+        ),
         conditions=summary.get("conditions", {}),
         sections=sorted({c["section"] for c in verdicts["claims"]}),
     )
