@@ -1,12 +1,13 @@
 # The two commands of the README:
 #   make study   set up and run the default study (results/report/index.html)
 #   make test    set up and run lint + the whole test suite (what CI runs)
+#   make test-fast  the tests that start no real server (quick; not a substitute for make test)
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: study test lint setup clean
+.PHONY: study test test-fast lint setup clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -34,6 +35,10 @@ lint: $(STAMP)
 
 test: lint $(BROWSER)
 	$(BIN)/pytest -v --durations=15
+
+# No real servers (tests marked slow are left out): for a quick check while editing. CI runs `make test`.
+test-fast: $(STAMP)
+	$(BIN)/pytest -q -m "not slow"
 
 clean:
 	rm -rf results logs .snakemake

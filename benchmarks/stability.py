@@ -150,7 +150,7 @@ async def run(args: argparse.Namespace, job: LoadtestJob, spec: ServerSpec, srv:
     engine = get_engine(spec.engine)
     variants = [v for v in args.variants.split(",") if v]
     rows: list[dict[str, Any]] = []
-    async with make_session(args.burst) as session:
+    async with make_session(args.burst, srv.api_key) as session:
         m = Measurer(job, engine, spec, srv.base_url, rset, session)
         for w in range(args.warmup):  # every variant's path once, unmeasured
             await m.bursts(args.condition, args.burst, f"warmup{w}", 0.0, 2, 2, "during")
@@ -219,7 +219,9 @@ def main() -> None:
     cpus = job_cpus(job)
     log_path = Path("logs") / f"stability-{args.server}.server.log"
     log_path.unlink(missing_ok=True)
-    srv = engine_server(get_engine(spec.engine), spec, "127.0.0.1", log_path, Path("logs") / "stability.pid", cpus)
+    srv = engine_server(
+        get_engine(spec.engine), spec, "127.0.0.1", log_path, Path("logs") / "stability.pid", cpus, None, "stability"
+    )
     t0 = time.monotonic()
     with terminate_on_signals(), srv:
         ready, _ = ready_server(srv, cpus, config["readiness_timeout_s"])

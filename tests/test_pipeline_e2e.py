@@ -88,7 +88,8 @@ def test_report_has_every_row_measured(study: Path):
                     assert row["status"] == "not run: needs a GPU" and row.get("throughput_median") is None
                 else:
                     assert row["status"] == "ok", row
-                    assert row["throughput_n"] == cfg["repetitions"]
+                    assert cfg["repetitions"] <= row["throughput_n"] <= cfg["max_repetitions"]
+                    assert row["reached_target"] == (row["throughput_ci_pct"] <= cfg["target_ci_pct"])
                     assert row["throughput_median"] > 0 and row["request_errors"] == 0
     assert "not run: needs a GPU" in html
 
@@ -101,6 +102,17 @@ def test_records_come_from_real_requests(study: Path):
     assert facts["engine_version"] == "0.32.0" and facts["readiness_s"] > 0
     assert facts["log"]["kv_cache_tokens"] > 0
     assert facts["probes"]["wrong_model_status"] == 404 and facts["probes"]["models_listed_ok"]
+    # Every request of the run carried the job's API key; the same request without it is refused.
+    assert facts["api_key_required"] and facts["probes"]["no_key_status"] == 401
+    # The canary ran before anything was measured: each adapter changes the output.
+    assert all(a["differs"] for a in facts["probes"]["canary"]["adapters"].values())
+    assert set(facts["probes"]["canary"]["adapters"]) == {"a", "b", "c"}
+
+
+def test_api_key_never_written(study: Path):
+    for f in [*study.glob("results/**/*.log"), *study.glob("results/**/*.json"), *study.glob("logs/**/*.log")]:
+        text = f.read_text(errors="replace")
+        assert "VLLM_API_KEY" not in text and "Bearer " not in text, f
 
 
 def test_runtime_load_measured(study: Path):
@@ -113,6 +125,22 @@ def test_runtime_load_measured(study: Path):
 def test_no_server_survives_the_run(study: Path):
     assert server_processes(str(study)) == []
     assert not list(study.glob("results/**/*.pid"))
+
+
+def test_bundle_of_another_study_holds_that_studys_config(study: Path, tmp_path: Path):
+    def edit(d: Path) -> None:
+        cfg = yaml.safe_load((d / "config/config.yaml").read_text())
+        cfg["study"] = "my-study"
+        (d / "my-study.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+    w = edited_copy(study, tmp_path / "w", edit)
+    snakemake(w, "--configfile", "my-study.yaml", "--replace-workflow-config")
+    with tarfile.open(w / "results/bundle/my-study.tar.gz") as tar:
+        names = tar.getnames()
+        merged = yaml.safe_load(tar.extractfile("my-study/results/bundle/config/merged.yaml").read())
+    assert "my-study/results/bundle/config/loaded/0-my-study.yaml" in names
+    assert not [n for n in names if n.endswith("config/config.yaml")]
+    assert merged["study"] == "my-study" and merged["env_root"] == ENV_ROOT  # --config overrides included
 
 
 def test_nothing_to_do_after_a_complete_run(study: Path):

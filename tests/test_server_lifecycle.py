@@ -3,6 +3,7 @@ only what was incomplete. Real vLLM (CPU build) servers under Snakemake, on a on
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import re
@@ -147,3 +148,72 @@ def test_killed_job_leaves_no_server_and_the_run_resumes(tmp_path: Path):
     assert not redone & {"model_build", "engine_env", "workload_requests"}, redone
     assert read_json(work / "results/servers/solo/facts.json")["status"] == "ok"
     assert wait_gone(str(work), 10) == []
+
+
+def _job_window(log: Path) -> tuple[str, str]:
+    stamps = re.findall(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+) ", log.read_text(), re.M)
+    return stamps[0], stamps[-1]
+
+
+def test_more_cores_still_measure_one_server_at_a_time(tmp_path: Path):
+    work = small_study(tmp_path)
+    cfg = yaml.safe_load((work / "config/config.yaml").read_text())
+    cfg["servers"]["solo2"] = copy.deepcopy(cfg["servers"]["solo"])
+    (work / "config/config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    proc = run(work, "--cores", "4", timeout=900)  # the last --cores wins: 4
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (a0, a1), (b0, b1) = (_job_window(work / f"logs/server_loadtest/{s}.log") for s in ("solo", "solo2"))
+    assert a1 < b0 or b1 < a0, f"server jobs overlapped: solo {a0}..{a1}, solo2 {b0}..{b1}"
+
+
+def test_sigkill_of_snakemake_alone_stops_the_job_and_its_server(tmp_path: Path):
+    work = small_study(tmp_path)
+    cfg = yaml.safe_load((work / "config/config.yaml").read_text())
+    cfg["repetitions"] = 400
+    (work / "config/config.yaml").write_text(yaml.safe_dump(cfg))
+    proc = subprocess.Popen(
+        [SNAKEMAKE, "--cores", "1"], cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_for(work / "logs/server_loadtest/solo.log", "server ready", proc)
+        os.kill(proc.pid, signal.SIGKILL)  # snakemake alone, as the out-of-memory killer would
+        proc.wait(timeout=30)
+        t0 = time.monotonic()
+        assert wait_gone(str(work), 60) == []
+        stopped_after = time.monotonic() - t0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert "snakemake (pid" in (work / "logs/server_loadtest/solo.log").read_text()
+    assert stopped_after < 45
+    assert not (work / "results/servers/solo/facts.json").exists()
+    cfg["repetitions"] = 3
+    (work / "config/config.yaml").write_text(yaml.safe_dump(cfg))
+    assert run(work, "--unlock", timeout=120).returncode == 0
+    again = run(work, "--rerun-incomplete", timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert read_json(work / "results/servers/solo/facts.json")["status"] == "ok"
+
+
+def test_server_killed_mid_measurement_fails_the_job_and_keeps_nothing(tmp_path: Path):
+    work = small_study(tmp_path)
+    cfg = yaml.safe_load((work / "config/config.yaml").read_text())
+    cfg["repetitions"] = 400
+    (work / "config/config.yaml").write_text(yaml.safe_dump(cfg))
+    proc = subprocess.Popen(
+        [SNAKEMAKE, "--cores", "1"], cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_for(work / "logs/server_loadtest/solo.log", "[solo 2]", proc)
+        pgid = int((work / "results/servers/solo/server.pid").read_text().split()[0])
+        os.killpg(pgid, signal.SIGKILL)  # the engine dies under load
+        assert proc.wait(timeout=120) != 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    log = (work / "logs/server_loadtest/solo.log").read_text()
+    assert "the server exited with code" in log
+    assert not (work / "results/servers/solo/facts.json").exists()
+    assert wait_gone(str(work), 30) == []

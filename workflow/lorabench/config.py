@@ -39,8 +39,32 @@ def _fill_defaults(validator_cls: type[Any]) -> type[Any]:
     return jsonschema.validators.extend(validator_cls, {"properties": set_defaults})
 
 
+_YAML_BOOL_HINT = "YAML 1.1 reads unquoted on/off/yes/no/true/false as booleans"
+
+
+def _bool_keys(node: Any, where: str = "") -> list[str]:
+    """Places where a mapping key became a boolean (``off:`` is False): the schema would only say it is no name."""
+    found: list[str] = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if isinstance(k, bool):
+                spelled = "off, no or false" if k is False else "on, yes or true"
+                found.append(
+                    f"{where or '(top level)'}: a key written {spelled} was read as the boolean {k} "
+                    f"({_YAML_BOOL_HINT}): quote it, e.g. '{'off' if k is False else 'on'}':"
+                )
+            found += _bool_keys(v, f"{where}.{k}" if where else str(k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            found += _bool_keys(v, f"{where}[{i}]")
+    return found
+
+
 def validate_schema(config: dict[str, Any]) -> None:
     """Check types and keys against the schema and fill defaults in place."""
+    bool_keys = _bool_keys(config)
+    if bool_keys:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(bool_keys))
     schema = yaml.safe_load(SCHEMA.read_text())
     validator = _fill_defaults(jsonschema.Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
@@ -52,6 +76,10 @@ def validate_schema(config: dict[str, Any]) -> None:
                 where = _path_of(e)
                 keys = ", ".join(f"{where}.{k}" if where != "(top level)" else k for k in extra)
                 lines.append(f"unknown key(s): {keys}")
+            elif isinstance(e.instance, bool) and e.validator in ("enum", "type", "pattern"):
+                lines.append(
+                    f"{_path_of(e)}: {e.message}; {_YAML_BOOL_HINT}: quote the value (e.g. 'off') if a name was meant"
+                )
             else:
                 lines.append(f"{_path_of(e)}: {e.message}")
         raise ConfigError("invalid config:\n  " + "\n  ".join(lines))
@@ -101,10 +129,11 @@ def check_references(config: dict[str, Any]) -> None:
             raise ConfigError(f"baseline.condition: {base['condition']!r} is not measured on {base['server']!r}")
     rl = config.get("runtime_load")
     if rl:
-        if rl["server"] not in config["servers"]:
-            raise ConfigError(f"runtime_load.server: unknown server {rl['server']!r}")
-        if not config["servers"][rl["server"]]["lora"]:
-            raise ConfigError(f"runtime_load.server: {rl['server']!r} has lora: false")
+        for sid in runtime_load_servers(config):
+            if sid not in config["servers"]:
+                raise ConfigError(f"runtime_load.server: unknown server {sid!r}")
+            if not config["servers"][sid]["lora"]:
+                raise ConfigError(f"runtime_load.server: {sid!r} has lora: false")
         if rl["adapter"] not in adapters:
             raise ConfigError(f"runtime_load.adapter: unknown adapter {rl['adapter']!r}")
     if model.get("architecture") and not Path(model["architecture"]).exists():
@@ -122,6 +151,14 @@ def load_and_check(config: dict[str, Any]) -> dict[str, Any]:
 def load_file(path: str | Path) -> dict[str, Any]:
     with open(path) as f:
         return load_and_check(yaml.safe_load(f))
+
+
+def runtime_load_servers(config: dict[str, Any]) -> list[str]:
+    """The servers a runtime-loading job is made for (``runtime_load.server``: one id or a list)."""
+    rl = config.get("runtime_load")
+    if not rl:
+        return []
+    return [rl["server"]] if isinstance(rl["server"], str) else list(rl["server"])
 
 
 def server_adapters(config: dict[str, Any], server_id: str) -> list[str]:

@@ -82,10 +82,18 @@ def freeze(python: str, env: dict[str, str]) -> str:
     return _run([python, "-c", code], env, what="freeze")
 
 
+def venv_path(spec: dict[str, Any]) -> Path:
+    """Where an engine's venv lives, keyed on everything that changes what gets installed: a changed pin,
+    interpreter or removal list is a new venv, never a silently reused old one."""
+    req = Path(spec["requirements"])
+    key = {"requirements": req.read_text(), "python": spec["python_version"], "remove": sorted(spec.get("remove", []))}
+    return Path(spec["env_root"]).resolve() / f"{spec['engine']}-{spec['version']}-{stable_hash(key, 8)}"
+
+
 def build_venv(spec: dict[str, Any]) -> Path:
     req = Path(spec["requirements"])
     root = Path(spec["env_root"]).resolve()
-    venv = root / f"{spec['engine']}-{spec['version']}-{stable_hash(req.read_text(), 8)}"
+    venv = venv_path(spec)
     marker = venv / ".complete"
     if marker.exists():
         log.info("reusing engine environment %s", venv)

@@ -22,6 +22,31 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+class CorruptArtifact(RuntimeError):
+    """A built file no longer matches the size or sha256 its manifest recorded."""
+
+
+def verify_manifest_files(manifest: dict[str, Any], what: str) -> None:
+    """Check every file a manifest lists (``files: {name: {bytes, sha256}}`` under ``path``) before it is used,
+    so that a truncated or edited adapter fails the job by name instead of being served half-loaded."""
+    root = Path(manifest["path"])
+    bad = []
+    for name, meta in sorted((manifest.get("files") or {}).items()):
+        f = root / name
+        if not f.exists():
+            bad.append(f"{f}: missing")
+        elif f.stat().st_size != meta["bytes"]:
+            bad.append(f"{f}: {f.stat().st_size} bytes, its manifest says {meta['bytes']}")
+        elif sha256_file(f) != meta["sha256"]:
+            bad.append(f"{f}: sha256 differs from its manifest")
+    if bad:
+        raise CorruptArtifact(
+            f"{what} changed after it was built (truncated or edited): "
+            + "; ".join(bad)
+            + f". Rebuild it: snakemake --cores 1 --forcerun {'adapter_build' if 'adapter' in what else 'model_build'}"
+        )
+
+
 def write_text_atomic(path: str | Path, text: str) -> None:
     """Write text so that readers see either the old file or the whole new one, never a partial one."""
     path = Path(path)

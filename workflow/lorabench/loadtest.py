@@ -13,23 +13,27 @@ import asyncio
 import logging
 import math
 import random
+import secrets
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from .engines import Engine, ServerSpec, get_engine
+from . import device
+from .device import DeviceLease
+from .engines import Engine, ServerSpec, all_server_markers, get_engine
 from .harness import CpuPlan, confine_group, pin_self, plan_cpus, quiet_gc
 from .harness import settings as harness_settings
-from .io import read_json, write_json, write_jsonl
+from .io import read_json, verify_manifest_files, write_json, write_jsonl
 from .loadgen.client import CompletionRequest, RequestRecord, make_session, run_burst, run_concurrency
 from .loadgen.workload import measurement_plan, set_key
 from .metrics import MetricsSampler, summarize_samples
 from .resources import gpu_memory, group_rss_mib, machine_facts
-from .server import ManagedServer, free_port, terminate_on_signals
+from .server import ManagedServer, ServerStartError, free_port, terminate_on_signals
 from .stats import MedianInterval, outliers_below, reached_target
 
 log = logging.getLogger(__name__)
@@ -164,6 +168,71 @@ async def _probe(session: aiohttp.ClientSession, base_url: str, engine: Engine, 
         out["wrong_model_status"] = r.status
         out["wrong_model_body"] = (await r.text())[:300]
     out["wrong_model_rejected"] = out["wrong_model_status"] >= 400
+    if session.headers.get("Authorization"):
+        async with aiohttp.ClientSession() as anon:  # the same request without the server's key
+            good = CompletionRequest("probe/no-key", "base", engine.request_model(spec, "base"), "hello", 4).payload()
+            good["stream"] = False
+            good.pop("stream_options", None)
+            async with anon.post(base_url + "/v1/completions", json=good) as r:
+                out["no_key_status"] = r.status
+        out["no_key_refused"] = out["no_key_status"] in (401, 403)
+    return out
+
+
+CANARY_PROMPT = "The quick brown fox"
+
+
+class AdapterIgnored(RuntimeError):
+    """An adapter's output equals the base model's: the engine serves the name without applying the weights."""
+
+
+async def _greedy(session: aiohttp.ClientSession, base_url: str, model: str, max_tokens: int) -> dict[str, Any]:
+    body = {
+        "model": model,
+        "prompt": CANARY_PROMPT,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "logprobs": 1,
+        "ignore_eos": True,
+    }
+    async with session.post(base_url + "/v1/completions", json=body) as r:
+        data = await r.json(content_type=None)
+        if r.status != 200:
+            raise AdapterIgnored(f"canary request for {model!r} failed: HTTP {r.status}: {str(data)[:300]}")
+    choice = data["choices"][0]
+    lps = (choice.get("logprobs") or {}).get("token_logprobs") or []
+    return {"text": choice.get("text", ""), "logprobs": [float(x) for x in lps if x is not None]}
+
+
+async def canary(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    engine: Engine,
+    spec: ServerSpec,
+    adapters: list[str],
+    max_tokens: int = 8,
+    min_logprob_diff: float = 1e-3,
+) -> dict[str, Any]:
+    """Before anything is measured: each adapter's greedy output for a fixed prompt must differ from the base
+    model's, in text or in the log-probabilities of its tokens (the adapters' random lora_B makes them differ).
+    An adapter the engine ignores raises ``AdapterIgnored`` naming it."""
+    base = await _greedy(session, base_url, engine.request_model(spec, "base"), max_tokens)
+    out: dict[str, Any] = {"prompt": CANARY_PROMPT, "base_text": base["text"], "adapters": {}}
+    ignored = []
+    for a in adapters:
+        got = await _greedy(session, base_url, engine.request_model(spec, a), max_tokens)
+        pairs = list(zip(got["logprobs"], base["logprobs"], strict=False))
+        diff = max((abs(x - y) for x, y in pairs), default=0.0)
+        differs = got["text"] != base["text"] or diff > min_logprob_diff
+        out["adapters"][a] = {"text": got["text"], "max_logprob_diff": diff, "differs": differs}
+        if not differs:
+            ignored.append(a)
+    if ignored:
+        raise AdapterIgnored(
+            f"{spec.server_id}: adapter(s) {', '.join(ignored)} give exactly the base model's output and "
+            f"log-probabilities for {CANARY_PROMPT!r}: the engine serves them without applying them (an adapter "
+            "whose target modules the engine does not support, or a load that silently failed); nothing measured"
+        )
     return out
 
 
@@ -213,6 +282,14 @@ class Measurer:
     metric_rows: list[dict[str, Any]] = field(default_factory=list)
     gpu_peak: dict[int, int] = field(default_factory=dict)
     timing: dict[str, float] = field(default_factory=lambda: {"warmup_s": 0.0, "measuring_s": 0.0, "between_s": 0.0})
+    server_exit: Callable[[], int | None] = lambda: None  # the server's exit code once it has died
+
+    def _check_server(self, where: str) -> None:
+        code = self.server_exit()
+        if code is not None:
+            raise ServerStartError(
+                f"{self.spec.server_id}: the server exited with code {code} during {where}; nothing of this job is kept"
+            )
 
     def _sampler(self) -> MetricsSampler:
         return MetricsSampler(
@@ -286,6 +363,7 @@ class Measurer:
             job.max_bursts_per_measurement,
             job.harness["metrics"],
         )
+        self._check_server(f"measurement {mid}")
         self._keep(groups, samples, _row_base(self.spec, cond, burst, rep, cell["order"], False, mid))
         row = self.measurements[-1]
         self.timing["measuring_s"] += row["burst_s"]
@@ -304,6 +382,10 @@ class Measurer:
 
     async def run(self) -> dict[str, Any]:
         job = self.job
+        checked = None
+        if self.spec.lora and self.spec.adapters:
+            checked = await canary(self.session, self.base_url, self.engine, self.spec, sorted(self.spec.adapters))
+            log.info("canary: every adapter changes the output (%s)", ", ".join(sorted(self.spec.adapters)))
         await self.warm_up()
         plan = measurement_plan(job.conditions, job.bursts, job.repetitions, job.shuffle_seed)
         values: dict[tuple[str, int], list[float]] = {(c, b): [] for c in job.conditions for b in job.bursts}
@@ -334,6 +416,7 @@ class Measurer:
                 log.info("%d cells not yet within ±%.1f%%: one more repetition each", len(plan), job.target_ci_pct)
         probes = await _probe(self.session, self.base_url, self.engine, self.spec)
         probes["gpu_memory_peak_mib"] = self.gpu_peak or None
+        probes["canary"] = checked
         return probes
 
 
@@ -351,21 +434,32 @@ def measurement_plan_extra(
 async def _measure_all(
     job: LoadtestJob, engine: Engine, spec: ServerSpec, srv: ManagedServer, rset: dict[str, Any]
 ) -> tuple[Measurer, dict[str, Any]]:
-    async with make_session(max(job.bursts)) as session:
-        m = Measurer(job, engine, spec, srv.base_url, rset, session)
+    async with make_session(max(job.bursts), srv.api_key) as session:
+        assert srv.proc is not None
+        m = Measurer(job, engine, spec, srv.base_url, rset, session, server_exit=srv.proc.poll)
         probes = await m.run()
     return m, probes
 
 
 def engine_server(
-    engine: Engine, spec: ServerSpec, host: str, log_path: Path, pidfile: Path | None, cpus: CpuPlan | None = None
+    engine: Engine,
+    spec: ServerSpec,
+    host: str,
+    log_path: Path,
+    pidfile: Path | None,
+    cpus: CpuPlan | None = None,
+    lease: DeviceLease | None = None,
+    api_key: str | None = None,
 ) -> ManagedServer:
-    """A managed server for one spec on a free loopback port (not started yet), on the CPUs ``cpus`` gives it."""
+    """A managed server for one spec on a free loopback port (not started yet), on the CPUs ``cpus`` gives it
+    and the device ``lease`` holds, requiring ``api_key`` from its clients where one is given."""
     port = free_port(host)
     cpus = cpus or CpuPlan()
     env = {**engine.environment(spec), **(engine.cpu_threads_env(cpus.engine_threads) if cpus.engine_threads else {})}
+    env.update(lease.env if lease else {})
+    env.update(engine.api_key_env(api_key) if api_key else {})
     return ManagedServer(
-        engine.command(spec, host, port),
+        engine.command(spec, host, port) + (engine.api_key_args(api_key) if api_key else []),
         {**env, **spec.env},
         log_path,
         host,
@@ -375,6 +469,7 @@ def engine_server(
         # A CPU build binds its compute threads itself, inside the CPUs it starts with: it starts unconfined and
         # the rest of its threads are moved once it is ready (``ready_server``).
         cpus=None if cpus.engine_threads else cpus.server,
+        api_key=api_key,
     )
 
 
@@ -390,10 +485,13 @@ def ready_server(srv: ManagedServer, cpus: CpuPlan, timeout_s: float) -> tuple[f
     return ready, placed
 
 
+def job_hardware(job: LoadtestJob) -> str:
+    return job.hardware or ("gpu" if gpu_memory() else "cpu")
+
+
 def job_cpus(job: LoadtestJob) -> CpuPlan:
     """The job's CPU layout; the calling process (the client) is pinned to its share at once."""
-    hardware = job.hardware or ("gpu" if gpu_memory() else "cpu")
-    plan = plan_cpus(job.harness["pin"], hardware)
+    plan = plan_cpus(job.harness["pin"], job_hardware(job))
     pin_self(plan.client)
     return plan
 
@@ -411,6 +509,51 @@ def _server_config(spec: ServerSpec, conditions: list[str], bursts: list[int]) -
     }
 
 
+def _serve_and_measure(
+    job: LoadtestJob,
+    engine: Engine,
+    spec: ServerSpec,
+    srv: ManagedServer,
+    rset: dict[str, Any],
+    cpus: CpuPlan,
+    lease: DeviceLease,
+) -> tuple[dict[str, Any], Measurer, float, float, float]:
+    facts: dict[str, Any] = {
+        "server": spec.server_id,
+        "engine": spec.engine,
+        "engine_version": job.engine_version,
+        "status": "ok",
+        "config": _server_config(spec, job.conditions, job.bursts),
+        "argv": srv.public_argv,
+        "api_key_required": bool(srv.api_key),
+        "machine": machine_facts(),
+        "device": lease.device,
+        "harness": {**job.harness, "cpus": cpus.as_dict()},
+        "measurement": {
+            "min_repetitions": job.repetitions,
+            "max_repetitions": job.max_repetitions,
+            "target_ci_pct": job.target_ci_pct,
+            "min_measurement_s": job.min_measurement_s,
+            "min_bursts": job.bursts_per_measurement,
+            "max_bursts": job.max_bursts_per_measurement,
+            "outlier_fraction": job.outlier_fraction,
+        },
+    }
+    t_job = time.monotonic()
+    with srv:
+        facts["gpu_memory_before_mib"] = gpu_memory()
+        facts["readiness_s"], facts["harness"]["threads_placed"] = ready_server(srv, cpus, job.readiness_timeout_s)
+        facts["gpu_memory_ready_mib"] = gpu_memory()
+        assert srv.proc is not None
+        facts["host_rss_ready_mib"] = group_rss_mib(srv.proc.pid)
+        t_ready = time.monotonic()
+        m, probes = asyncio.run(_measure_all(job, engine, spec, srv, rset))
+        t_measured = time.monotonic()
+        facts["host_rss_end_mib"] = group_rss_mib(srv.proc.pid)
+        facts["probes"] = probes
+    return facts, m, t_job, t_ready, t_measured
+
+
 def run_loadtest(job: LoadtestJob) -> dict[str, Any]:
     """Run one server job end to end; returns the server facts written to ``facts.json``."""
     engine = get_engine(job.server["engine"])
@@ -425,39 +568,11 @@ def run_loadtest(job: LoadtestJob) -> dict[str, Any]:
     server_log = out / "server.log.partial"
     server_log.unlink(missing_ok=True)
     cpus = job_cpus(job)
-    srv = engine_server(engine, spec, job.host, server_log, out / "server.pid", cpus)
-    facts: dict[str, Any] = {
-        "server": spec.server_id,
-        "engine": spec.engine,
-        "engine_version": job.engine_version,
-        "status": "ok",
-        "config": _server_config(spec, job.conditions, job.bursts),
-        "argv": srv.argv,
-        "machine": machine_facts(),
-        "harness": {**job.harness, "cpus": cpus.as_dict()},
-        "measurement": {
-            "min_repetitions": job.repetitions,
-            "max_repetitions": job.max_repetitions,
-            "target_ci_pct": job.target_ci_pct,
-            "min_measurement_s": job.min_measurement_s,
-            "min_bursts": job.bursts_per_measurement,
-            "max_bursts": job.max_bursts_per_measurement,
-            "outlier_fraction": job.outlier_fraction,
-        },
-    }
-    t_job = time.monotonic()
-    with terminate_on_signals(), srv:
-        facts["gpu_memory_before_mib"] = gpu_memory()
-        facts["readiness_s"], facts["harness"]["threads_placed"] = ready_server(srv, cpus, job.readiness_timeout_s)
-        facts["gpu_memory_ready_mib"] = gpu_memory()
-        assert srv.proc is not None
-        facts["host_rss_ready_mib"] = group_rss_mib(srv.proc.pid)
-        t_ready = time.monotonic()
-        m, probes = asyncio.run(_measure_all(job, engine, spec, srv, rset))
-        t_measured = time.monotonic()
-        records, measurements, metric_rows = m.records, m.measurements, m.metric_rows
-        facts["host_rss_end_mib"] = group_rss_mib(srv.proc.pid)
-        facts["probes"] = probes
+    with terminate_on_signals(), device.acquire(job_hardware(job), all_server_markers(), spec.server_id) as lease:
+        srv = engine_server(
+            engine, spec, job.host, server_log, out / "server.pid", cpus, lease, secrets.token_urlsafe(24)
+        )
+        facts, m, t_job, t_ready, t_measured = _serve_and_measure(job, engine, spec, srv, rset, cpus, lease)
     facts["gpu_memory_after_stop_mib"] = gpu_memory()
     t_end = time.monotonic()
     facts["timing"] = {
@@ -471,9 +586,9 @@ def run_loadtest(job: LoadtestJob) -> dict[str, Any]:
     facts["log"] = engine.parse_log(log_text)
     if facts["log"].get("engine_version") and not facts["engine_version"]:
         facts["engine_version"] = facts["log"]["engine_version"]
-    write_jsonl(out / "records.jsonl", records)
-    write_jsonl(out / "measurements.jsonl", measurements)
-    write_jsonl(out / "metrics.jsonl", metric_rows)
+    write_jsonl(out / "records.jsonl", m.records)
+    write_jsonl(out / "measurements.jsonl", m.measurements)
+    write_jsonl(out / "metrics.jsonl", m.metric_rows)
     write_json(out / "facts.json", facts)
     server_log.replace(out / "server.log")
     return facts
@@ -486,6 +601,7 @@ def job_from_rule(params: dict[str, Any], inputs: Any, out_dir: Path) -> Loadtes
     adapter_paths = {}
     for f in inputs.adapters:
         m = read_json(f)
+        verify_manifest_files(m, f"adapter {m['name']}")
         adapter_paths[m["name"]] = m["path"]
     server = {
         "server_id": params["server_id"],

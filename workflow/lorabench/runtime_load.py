@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import secrets
 import statistics
 import time
 from pathlib import Path
@@ -18,12 +19,14 @@ from typing import Any
 
 import aiohttp
 
-from .engines import Engine, ServerSpec, get_engine
+from . import device
+from .device import DeviceLease
+from .engines import Engine, ServerSpec, all_server_markers, get_engine
 from .engines.base import adapter_path_allowed
 from .harness import CpuPlan
 from .io import write_json, write_jsonl
 from .loadgen.client import CompletionRequest, RequestRecord, make_session, run_burst
-from .loadtest import LoadtestJob, engine_server, job_cpus, ready_server
+from .loadtest import AdapterIgnored, LoadtestJob, canary, engine_server, job_cpus, job_hardware, ready_server
 from .resources import machine_facts
 from .server import ManagedServer, ServerStartError, terminate_on_signals
 
@@ -81,7 +84,7 @@ async def _cycles(
     n = int(rl.get("burst", 1))
     rows: list[dict[str, Any]] = []
     cycles: list[dict[str, Any]] = []
-    async with make_session(max(n, 4)) as session:
+    async with make_session(max(n, 4), srv.api_key) as session:
         # Refusal check first: a path outside the allowlist never reaches the server.
         try:
             await load_adapter(session, srv.base_url, engine, "intruder", "/tmp/not-an-adapter", allowed)
@@ -114,6 +117,14 @@ async def _cycles(
                     _reqs(engine, spec, resident, n, f"c{cyc}/resident{k}", rset),
                     job.request_timeout_s,
                 )
+            # The load must really have happened: listed by the server, and changing the output (after the cold and
+            # warm bursts, so the check does not warm the adapter up before it is timed).
+            async with session.get(srv.base_url + "/v1/models") as r:
+                listed = sorted(m["id"] for m in (await r.json(content_type=None)).get("data", []))
+            if engine.request_model(spec, new) not in listed and new not in listed:
+                raise AdapterIgnored(f"{spec.server_id}: runtime load of {new!r} answered {load_status}, but "
+                                     f"/v1/models does not list it ({listed})")  # fmt: skip
+            check = await canary(session, srv.base_url, engine, spec, [new])
             path, body = engine.unload_adapter_request(new)
             unload_s, unload_status, unload_body = await _post(session, srv.base_url + path, body)
             after = await run_burst(
@@ -121,6 +132,8 @@ async def _cycles(
             )
             c = {
                 "cycle": cyc,
+                "listed_after_load": True,
+                "canary_max_logprob_diff": check["adapters"][new]["max_logprob_diff"],
                 "load_s": load_s,
                 "load_status": load_status,
                 "load_body": load_body,
@@ -175,15 +188,21 @@ async def _cycles(
 
 
 def probe_cpu_loras(
-    engine: Engine, spec: ServerSpec, host: str, out_dir: Path, timeout_s: float, cpus: CpuPlan | None = None
+    engine: Engine,
+    spec: ServerSpec,
+    host: str,
+    out_dir: Path,
+    timeout_s: float,
+    cpus: CpuPlan | None = None,
+    lease: DeviceLease | None = None,
 ) -> dict[str, Any] | None:
     """Start the engine with max_cpu_loras < max_loras and record whether it refuses (exits before ready)."""
-    if engine.name != "vllm" or not spec.max_loras or spec.max_loras < 2:
+    if not engine.has_cpu_adapter_cache or not spec.max_loras or spec.max_loras < 2:
         return None
     bad = dataclasses.replace(spec, max_cpu_loras=spec.max_loras - 1, runtime_lora=False)
     logp = out_dir / "probe_cpu_loras.log"
     logp.unlink(missing_ok=True)
-    srv = engine_server(engine, bad, host, logp, out_dir / "probe.pid", cpus)
+    srv = engine_server(engine, bad, host, logp, out_dir / "probe.pid", cpus, lease)
     t0 = time.monotonic()
     with srv:
         try:
@@ -214,9 +233,11 @@ def run_runtime_load(job: LoadtestJob, rl: dict[str, Any]) -> dict[str, Any]:
     server_log = out / "server.log.partial"
     server_log.unlink(missing_ok=True)
     cpus = job_cpus(job)
-    with terminate_on_signals():
-        probe = probe_cpu_loras(engine, spec, job.host, out, job.readiness_timeout_s, cpus)
-        srv = engine_server(engine, spec, job.host, server_log, out / "server.pid", cpus)
+    with terminate_on_signals(), device.acquire(job_hardware(job), all_server_markers(), spec.server_id) as lease:
+        probe = probe_cpu_loras(engine, spec, job.host, out, job.readiness_timeout_s, cpus, lease)
+        srv = engine_server(
+            engine, spec, job.host, server_log, out / "server.pid", cpus, lease, secrets.token_urlsafe(24)
+        )
         with srv:
             ready_s, _ = ready_server(srv, cpus, job.readiness_timeout_s)
             result, rows = asyncio.run(_cycles(job, rl, engine, spec, srv, rset))

@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -109,17 +110,55 @@ def _log_tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
+def snakemake_ancestor() -> int | None:
+    """The pid of the Snakemake process this job runs under, if any (nearest ancestor naming snakemake)."""
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"snakemake" in cmd and b".snakemake/scripts" not in cmd:
+                return pid
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _watch(pid: int, stop: threading.Event, interval_s: float) -> None:
+    while not stop.wait(interval_s):
+        if not _alive(pid):
+            log.warning("snakemake (pid %d) is gone: stopping this job and its server", pid)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+
+
 @contextlib.contextmanager
-def terminate_on_signals() -> Iterator[None]:
-    """Turn SIGTERM/SIGHUP into SystemExit so context managers run (snakemake stops jobs with signals)."""
+def terminate_on_signals(watch_interval_s: float = 1.0) -> Iterator[None]:
+    """Turn SIGTERM/SIGHUP into SystemExit so context managers run (snakemake stops jobs with signals), and stop
+    the same way when the Snakemake process that started this job dies without a word (SIGKILL, the
+    out-of-memory killer): a job that outlived it would go on measuring and could meet a rerun's server."""
 
     def handler(signum: int, _frame: object) -> None:
         raise SystemExit(128 + signum)
 
     old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    stop = threading.Event()
+    parent = snakemake_ancestor()
+    if parent:
+        threading.Thread(target=_watch, args=(parent, stop, watch_interval_s), daemon=True).start()
     try:
         yield
     finally:
+        stop.set()
         for s, h in old.items():
             signal.signal(s, h)
 
@@ -137,8 +176,10 @@ class ManagedServer:
         ready_path: str,
         pidfile: Path | None = None,
         cpus: tuple[int, ...] | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.argv = argv
+        self.api_key = api_key  # sent by every client of this server; never logged or written
         self.cpus = cpus  # CPUs the server's processes start on (their children inherit it)
         self.env = env
         self.log_path = log_path
@@ -154,12 +195,21 @@ class ManagedServer:
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    @property
+    def public_argv(self) -> list[str]:
+        """The argv with the API key blanked, for logs and facts."""
+        return [("***" if self.api_key and a == self.api_key else a) for a in self.argv]
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
     def start(self) -> None:
         if self.pidfile:
             reap_stale(self.pidfile)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         logf = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        log.info("starting: %s", " ".join(self.argv))
+        log.info("starting: %s", " ".join(self.public_argv))
         self.started_at = time.monotonic()
         self.proc = subprocess.Popen(
             self.argv,
@@ -189,7 +239,7 @@ class ManagedServer:
                     + _log_tail(self.log_path)
                 )
             try:
-                with urllib.request.urlopen(url, timeout=2) as r:
+                with urllib.request.urlopen(urllib.request.Request(url, headers=self.headers), timeout=2) as r:
                     if r.status == 200:
                         self.ready_s = time.monotonic() - self.started_at
                         log.info("server ready after %.1f s", self.ready_s)

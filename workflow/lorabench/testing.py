@@ -56,6 +56,17 @@ async def completions(request: web.Request) -> web.StreamResponse:
         return web.json_response({"error": {"message": "model does not exist", "code": 404}}, status=404)
     if fault == "http500":
         return web.json_response({"error": {"message": "boom"}}, status=500)
+    if not body.get("stream"):
+        # The same text and log-probabilities for every model name: an engine that serves an adapter without
+        # applying it (what the canary must catch).
+        tokens = [f" t{i % 3}" for i in range(n)]
+        choice = {
+            "index": 0,
+            "text": "".join(tokens),
+            "finish_reason": "length",
+            "logprobs": {"tokens": tokens, "token_logprobs": [-0.5] * n},
+        }
+        return web.json_response({"id": "cmpl-x", "object": "text_completion", "model": model, "choices": [choice]})
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
     batch = int(request.app["batch"])

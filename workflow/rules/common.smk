@@ -20,6 +20,7 @@ from lorabench.config import (  # noqa: E402
     ConfigError,
     detect_hardware,
     load_and_check,
+    runtime_load_servers,
     server_adapters,
     stable_hash,
 )
@@ -163,8 +164,7 @@ def server_inputs(wildcards, runtime=False):
 
 
 def runtime_servers():
-    rl = config.get("runtime_load")
-    return [rl["server"]] if rl else []
+    return runtime_load_servers(config)
 
 
 def summary_inputs():
@@ -181,6 +181,16 @@ def summary_inputs():
         ),
         "envs": expand("results/envs/{engine}.json", engine=sorted(config["engines"])),
     }
+
+
+def loaded_configfiles():
+    """The config files this run really used: the workflow's own unless --replace-workflow-config discarded it,
+    then those given with --configfile (a bundle archives these, and the merged config beside them).
+    """
+    cli = [str(f) for f in workflow.config_settings.configfiles]
+    if cli and workflow.config_settings.replace_workflow_config:
+        return cli
+    return ["config/config.yaml", *[f for f in cli if f != "config/config.yaml"]]
 
 
 def all_targets():

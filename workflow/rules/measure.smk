@@ -4,7 +4,17 @@
 rule server_loadtest:
     input:
         unpack(server_inputs),
-        code=code("loadtest", "server", "metrics", "resources", "engines", "loadgen"),
+        code=code(
+            "loadtest",
+            "server",
+            "metrics",
+            "resources",
+            "engines",
+            "loadgen",
+            "harness",
+            "device",
+            "stats",
+        ),
     output:
         measurements="results/servers/{server}/measurements.jsonl",
         records="results/servers/{server}/records.jsonl",
@@ -15,6 +25,9 @@ rule server_loadtest:
         "logs/server_loadtest/{server}.log",
     benchmark:
         "logs/server_loadtest/{server}.bench.tsv"
+    resources:
+        # one measuring job per device: the default workflow profile has one of these per device
+        lorabench_device=1,
     params:
         job=lambda wc: server_job(wc.server),
     script:
@@ -24,13 +37,26 @@ rule server_loadtest:
 rule runtime_load:
     input:
         unpack(server_inputs),
-        code=code("runtime_load", "server", "resources", "engines", "loadgen"),
+        code=code(
+            "runtime_load",
+            "loadtest",
+            "server",
+            "metrics",
+            "resources",
+            "engines",
+            "loadgen",
+            "harness",
+            "device",
+            "stats",
+        ),
     output:
         load="results/runtime_load/{server}/load.json",
         records="results/runtime_load/{server}/records.jsonl",
         log="results/runtime_load/{server}/server.log",
     log:
         "logs/runtime_load/{server}.log",
+    resources:
+        lorabench_device=1,
     params:
         job=lambda wc: server_job(wc.server, runtime=True),
     script:

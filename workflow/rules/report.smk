@@ -61,7 +61,7 @@ rule report_render:
 
 rule bundle_archive:
     input:
-        config="config/config.yaml",
+        config=loaded_configfiles(),
         claims=config["claims"],
         report=rules.report_render.output.html,
         provenance=rules.report_render.output.provenance,
@@ -101,5 +101,6 @@ rule bundle_archive:
         "logs/bundle_archive.log",
     params:
         study=STUDY,
+        merged=json.dumps(config, sort_keys=True),
     script:
         "../scripts/bundle_archive.py"

@@ -58,6 +58,11 @@ class Engine(ABC):
     metrics_path: ClassVar[str] = "/metrics"
     # Prometheus metric names worth sampling during a measurement (prefix match).
     metric_prefixes: ClassVar[tuple[str, ...]] = ()
+    # What this engine's server processes look like (a command-line fragment or a process name), so that a live
+    # server left by another run is recognised before a measurement shares its device.
+    server_markers: ClassVar[tuple[str, ...]] = ()
+    # Capabilities: a host-side adapter cache with its own size (vLLM --max-cpu-loras).
+    has_cpu_adapter_cache: ClassVar[bool] = False
 
     @abstractmethod
     def command(self, spec: ServerSpec, host: str, port: int) -> list[str]:
@@ -66,6 +71,15 @@ class Engine(ABC):
     def environment(self, spec: ServerSpec) -> dict[str, str]:
         """Environment variables the engine needs on top of the spec's own."""
         return {}
+
+    def api_key_env(self, key: str) -> dict[str, str]:
+        """Environment that makes the server require ``key`` (preferred: the environment of a process is not
+        readable by other users, its command line is)."""
+        return {}
+
+    def api_key_args(self, key: str) -> list[str]:
+        """Flags that make the server require ``key``, for engines that take it on the command line only."""
+        return []
 
     def cpu_threads_env(self, cpus: tuple[int, ...]) -> dict[str, str]:
         """Environment that keeps the engine's compute threads on ``cpus`` (CPU builds; empty where the engine
@@ -114,6 +128,10 @@ def get_engine(name: str) -> Engine:
 
 def registered_engines() -> list[str]:
     return sorted(_REGISTRY)
+
+
+def all_server_markers() -> tuple[str, ...]:
+    return tuple(m for cls in _REGISTRY.values() for m in cls.server_markers)
 
 
 def first_match(pattern: str, text: str, cast: type = str) -> Any:

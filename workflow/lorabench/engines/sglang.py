@@ -18,6 +18,7 @@ from .base import Engine, ServerSpec, first_match, flags_from_args, register
 class SGLang(Engine):
     name = "sglang"
     ready_path = "/v1/models"
+    server_markers = ("sglang.launch_server",)
     metric_prefixes = (
         "sglang:num_running_reqs",
         "sglang:num_queue_reqs",
@@ -52,6 +53,10 @@ class SGLang(Engine):
 
     def environment(self, spec: ServerSpec) -> dict[str, str]:
         return {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1"}
+
+    def api_key_args(self, key: str) -> list[str]:
+        # SGLang takes the key on its command line only (readable through /proc by other users of the node).
+        return ["--api-key", key]
 
     def request_model(self, spec: ServerSpec, adapter: str | None) -> str:
         return spec.served_name if adapter in (None, "base") else f"{spec.served_name}:{adapter}"

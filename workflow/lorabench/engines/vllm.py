@@ -19,6 +19,8 @@ from .base import Engine, ServerSpec, first_match, flags_from_args, register
 class VLLM(Engine):
     name = "vllm"
     ready_path = "/v1/models"
+    server_markers = ("vllm.entrypoints.openai.api_server", "VLLM::EngineCor", "VLLM::Worker")
+    has_cpu_adapter_cache = True
     metric_prefixes = (
         "vllm:num_requests_running",
         "vllm:num_requests_waiting",
@@ -58,6 +60,9 @@ class VLLM(Engine):
         if spec.runtime_lora:
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         return env
+
+    def api_key_env(self, key: str) -> dict[str, str]:
+        return {"VLLM_API_KEY": key}  # read by vLLM's API server when --api-key is not given
 
     def cpu_threads_env(self, cpus: tuple[int, ...]) -> dict[str, str]:
         # vLLM's CPU worker binds one OpenMP thread to each listed CPU (its own default spreads them over all).

@@ -162,10 +162,12 @@ async def send_request(
     return rec
 
 
-def make_session(limit: int) -> aiohttp.ClientSession:
-    """A session whose connection pool admits every request of a burst at once."""
+def make_session(limit: int, api_key: str | None = None) -> aiohttp.ClientSession:
+    """A session whose connection pool admits every request of a burst at once (and that sends the server's API
+    key with each request, where it has one)."""
     connector = aiohttp.TCPConnector(limit=max(limit, 1), force_close=False, ttl_dns_cache=300)
-    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None), headers=headers)
 
 
 async def run_burst(

@@ -1,0 +1,170 @@
+"""Integrity without real servers: one measuring job per device (locks, foreign servers, several devices), the
+canary against adapters served without effect (a fault-injection server), corrupted adapters, failed writes,
+YAML booleans, the API key kept out of logs, and the engine venv key."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lorabench import device
+from lorabench.config import ConfigError, load_and_check
+from lorabench.engines import ServerSpec, all_server_markers, get_engine
+from lorabench.envs import venv_path
+from lorabench.io import CorruptArtifact, sha256_file, verify_manifest_files, write_jsonl
+from lorabench.loadgen.client import make_session
+from lorabench.loadtest import AdapterIgnored, canary, engine_server
+from lorabench.testing import start_in_process
+
+from .conftest import ROOT
+
+
+@pytest.fixture()
+def locks(tmp_path, monkeypatch):
+    monkeypatch.setenv("LORABENCH_LOCK_DIR", str(tmp_path / "locks"))
+    return tmp_path / "locks"
+
+
+def test_second_measuring_job_on_the_device_is_refused_naming_the_first(locks):
+    with device.acquire("cpu", (), "lora-2") as lease:
+        assert lease.device == "cpu" and lease.env == {}
+        holder = subprocess.run(
+            [sys.executable, "-c", "from lorabench import device\nwith device.acquire('cpu', (), 'lora-4'): pass"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT / "workflow")},
+        )
+        assert holder.returncode != 0
+        assert "DeviceBusy" in holder.stderr and f"pid {os.getpid()} (lora-2)" in holder.stderr
+    with device.acquire("cpu", (), "again"):  # released at the end of the block
+        pass
+
+
+def test_several_devices_each_job_its_own(locks, monkeypatch):
+    monkeypatch.setenv("LORABENCH_DEVICES", "0,1")
+    with device.acquire("gpu", (), "a") as a, device.acquire("gpu", (), "b") as b:
+        assert {a.device, b.device} == {"0", "1"}
+        assert a.env == {"CUDA_VISIBLE_DEVICES": a.device}
+        with pytest.raises(device.DeviceBusy) as e, device.acquire("gpu", (), "c"):
+            pass
+        assert "device 0" in str(e.value) and "device 1" in str(e.value)
+
+
+def test_live_foreign_server_on_the_device_is_refused_naming_it(locks):
+    marker = get_engine("vllm").server_markers[0]
+    assert marker in all_server_markers()
+    foreign = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker])
+    try:
+        time.sleep(0.2)
+        with pytest.raises(device.DeviceBusy) as e, device.acquire("cpu", all_server_markers(), "lora-2"):
+            pass
+        assert f"pid {foreign.pid}" in str(e.value) and "outside this run" in str(e.value)
+    finally:
+        foreign.kill()
+        foreign.wait()
+    with device.acquire("cpu", all_server_markers(), "lora-2"):
+        pass
+
+
+SPEC = ServerSpec("lora-2", "vllm", "python", {}, "/m", "m", True, {"a": "/a", "b": "/b"})
+
+
+def test_canary_catches_an_adapter_served_without_effect():
+    proc, port = start_in_process()  # fault injection: the same output for every model name
+    try:
+
+        async def go():
+            async with make_session(2) as s:
+                return await canary(s, f"http://127.0.0.1:{port}", get_engine("vllm"), SPEC, ["a", "b"])
+
+        with pytest.raises(AdapterIgnored) as e:
+            asyncio.run(go())
+    finally:
+        proc.kill()
+    assert "adapter(s) a, b" in str(e.value) and "without applying them" in str(e.value)
+
+
+def _manifest(tmp_path: Path) -> dict:
+    d = tmp_path / "a"
+    d.mkdir()
+    (d / "adapter_model.safetensors").write_bytes(os.urandom(4096))
+    f = d / "adapter_model.safetensors"
+    return {"name": "a", "path": str(d), "files": {f.name: {"bytes": 4096, "sha256": sha256_file(f)}}}
+
+
+def test_truncated_adapter_fails_by_name(tmp_path: Path):
+    m = _manifest(tmp_path)
+    verify_manifest_files(m, "adapter a")
+    f = Path(m["path"]) / "adapter_model.safetensors"
+    f.write_bytes(f.read_bytes()[:1000])
+    with pytest.raises(CorruptArtifact) as e:
+        verify_manifest_files(m, "adapter a")
+    assert "adapter a changed after it was built" in str(e.value) and "1000 bytes" in str(e.value)
+    assert "--forcerun adapter_build" in str(e.value)
+
+
+def test_failed_write_leaves_neither_a_partial_nor_a_complete_looking_file(tmp_path: Path):
+    # A file-size limit stands for a full disk: the write fails part-way.
+    code = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+        "from lorabench.io import write_jsonl\n"
+        f"write_jsonl({str(tmp_path / 'records.jsonl')!r}, [{{'x': 'y' * 100}}] * 1000)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "workflow")},
+    )
+    assert proc.returncode != 0 and ("File too large" in proc.stderr or "SIGXFSZ" in proc.stderr or proc.stderr)
+    assert list(tmp_path.iterdir()) == []
+    write_jsonl(tmp_path / "ok.jsonl", [{"x": 1}])
+    assert json.loads((tmp_path / "ok.jsonl").read_text()) == {"x": 1}
+
+
+DEFAULT = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+
+
+def test_yaml_boolean_key_is_explained(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text().replace("  lora-off:", "  off:"))
+    with pytest.raises(ConfigError) as e:
+        load_and_check(cfg)
+    assert "servers: a key written off, no or false was read as the boolean False" in str(e.value)
+    assert "quote it" in str(e.value)
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text().replace("pin: auto", "pin: off"))
+    with pytest.raises(ConfigError) as e:
+        load_and_check(cfg)
+    assert "harness.pin" in str(e.value) and "quote the value" in str(e.value)
+
+
+def test_api_key_never_in_the_logged_argv(tmp_path: Path):
+    spec = ServerSpec("s", "sglang", "python", {}, "/m", "m", False, {})
+    srv = engine_server(get_engine("sglang"), spec, "127.0.0.1", tmp_path / "log", None, api_key="s3cret-key")
+    assert "s3cret-key" in srv.argv and "s3cret-key" not in " ".join(srv.public_argv)
+    assert srv.headers == {"Authorization": "Bearer s3cret-key"}
+    vspec = ServerSpec("v", "vllm", "python", {}, "/m", "m", False, {})
+    vsrv = engine_server(get_engine("vllm"), vspec, "127.0.0.1", tmp_path / "log", None, api_key="s3cret-key")
+    assert "s3cret-key" not in " ".join(vsrv.argv) and vsrv.env["VLLM_API_KEY"] == "s3cret-key"
+
+
+def test_venv_key_covers_everything_that_changes_the_environment(tmp_path: Path):
+    req = tmp_path / "req.txt"
+    req.write_text("x==1\n")
+    base = {"engine": "e", "version": "1", "requirements": str(req), "python_version": "3.11", "remove": []}
+    base["env_root"] = str(tmp_path)
+    paths = {venv_path(base)}
+    for change in ({"python_version": "3.12"}, {"remove": ["torchvision"]}, {"version": "2"}):
+        paths.add(venv_path({**base, **change}))
+    req.write_text("x==2\n")
+    paths.add(venv_path(base))
+    assert len(paths) == 5
