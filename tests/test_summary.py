@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from lorabench.io import read_json, read_jsonl
 from lorabench.loadgen.client import RequestRecord
 from lorabench.loadtest import measurement_row
-from lorabench.summary import summarize_cell
+from lorabench.summary import aggregate, summarize_cell
 
 from .conftest import FIXTURES
 
@@ -57,6 +59,48 @@ def test_throughput_counts_completed_tokens_only():
     assert row["completion_tokens"] == 32 and row["n_errors"] == 1
     assert row["throughput_tok_s"] == 16.0  # 32 tokens over the 2 s the burst took
     assert row["errors"] == ["short completion"]
+
+
+def test_aggregate_computes_ratios_and_engine_baselines_from_recorded_files(tmp_path):
+    # The recorded lora-2 measurements and facts, plus a LoRA-off server made of lora-2's own base rows: the
+    # aggregate must compute every ratio from the files it is given.
+    facts = read_json(RUN / "facts-lora-2.json")
+    (tmp_path / "lora-2").mkdir()
+    (tmp_path / "lora-2" / "facts.json").write_text(json.dumps(facts))
+    (tmp_path / "lora-2" / "measurements.jsonl").write_text((RUN / "measurements-lora-2.jsonl").read_text())
+    off = {
+        **facts,
+        "server": "lora-off",
+        "config": {**facts["config"], "lora": False, "max_loras": None, "conditions": ["base"]},
+    }
+    (tmp_path / "lora-off").mkdir()
+    (tmp_path / "lora-off" / "facts.json").write_text(json.dumps(off))
+    base_rows = [
+        {**m, "server": "lora-off"} for m in read_jsonl(RUN / "measurements-lora-2.jsonl") if m["condition"] == "base"
+    ]
+    (tmp_path / "lora-off" / "measurements.jsonl").write_text("".join(json.dumps(m) + "\n" for m in base_rows))
+    out = {k: str(tmp_path / f"out-{k}") for k in ("measurements", "summary", "facts", "json")}
+    summary = aggregate(
+        [str(tmp_path / s / "measurements.jsonl") for s in ("lora-2", "lora-off")],
+        [str(tmp_path / s / "facts.json") for s in ("lora-2", "lora-off")],
+        [],
+        [],
+        {"server": "lora-off", "condition": "base"},
+        read_json(RUN / "summary.json")["conditions"],
+        out,
+    )
+    rows = {(r["server"], r["condition"], r["burst"]): r for r in summary["rows"]}
+    for burst in (4, 8):
+        base, same = rows[("lora-off", "base", burst)], rows[("lora-2", "base", burst)]
+        assert base["ratio_to_baseline_pct"] == 0.0
+        assert same["ratio_to_baseline_pct"] == pytest.approx(0.0)  # the very same measurements
+        r = rows[("lora-2", "abc", burst)]
+        assert r["ratio_to_baseline_pct"] == pytest.approx(
+            100 * (r["throughput_median"] / base["throughput_median"] - 1)
+        )
+        assert r["ratio_to_engine_baseline_pct"] == pytest.approx(r["ratio_to_baseline_pct"])
+        assert r["ratio_to_engine_baseline_lo"] <= r["ratio_to_engine_baseline_pct"] <= r["ratio_to_engine_baseline_hi"]
+    assert Path(out["summary"]).exists() and json.loads(Path(out["json"]).read_text())["rows"]
 
 
 def test_ratio_to_baseline_in_recorded_summary():

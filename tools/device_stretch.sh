@@ -30,7 +30,7 @@ case "${1:-}" in
     step install-snakemake
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl-snake/*.whl || { step FAILED pip; exit 5; }
     step restore "$sdir"
-    python3 tools/study_results.py restore "$sdir" results | tail -3
+    python3 tools/study_results.py restore "$sdir" results "$cfg" | tail -8
     step wait-kits
     for i in $(seq 1 60); do [ -f /tmp/vllm-site/.kit-ready ] && [ -f /tmp/sglang-site/.kit-ready ] && break; sleep 5; done
     step prepare
@@ -48,7 +48,7 @@ case "${1:-}" in
     order=$(python3 -c "import yaml;c=yaml.safe_load(open('$cfg'));s=c['servers'];print(' '.join('results/servers/%s/facts.json'%k for k in sorted(s,key=lambda k:(s[k]['engine']!='sglang',k))))")
     for t in $order; do
       step server "$t"
-      "${SMK[@]}" --rerun-triggers params input code software-env "$t" >> "$S/study.log" 2>&1 || step FAILED "$t"
+      "${SMK[@]}" "$t" --rerun-triggers params input code software-env >> "$S/study.log" 2>&1 || step FAILED "$t"
     done
     step study-rest
     "${SMK[@]}" --rerun-triggers params input code software-env >> "$S/study.log" 2>&1 || step FAILED study-rest

@@ -17,9 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
 from lorabench.claims import evaluate_file  # noqa: E402
-from lorabench.config import load_file  # noqa: E402
+from lorabench.config import load_file, runtime_load_servers  # noqa: E402
 from lorabench.engines import get_engine  # noqa: E402
-from lorabench.io import read_json, setup_job_logging, write_json  # noqa: E402
+from lorabench.io import read_json, setup_job_logging, write_json, write_jsonl  # noqa: E402
 from lorabench.report import render_report  # noqa: E402
 from lorabench.summary import aggregate  # noqa: E402
 
@@ -34,19 +34,42 @@ def main() -> int:
     cfg = load_file(args.config)
     res, out = args.results, args.out
     servers = sorted(cfg["servers"])
-    rl = cfg.get("runtime_load")
+    runtime = [s for s in runtime_load_servers(cfg) if (res / "runtime_load" / s / "load.json").exists()]
     summary = out / "summary"
     # Facts are re-read from each server's log with this checkout's parsers, then published with the study.
+    # A server not measured yet (a study spread over several stretches of machine time) is listed as such.
     for s in servers:
+        if not (res / "servers" / s / "facts.json").exists():
+            srv = cfg["servers"][s]
+            stub = {
+                "server": s,
+                "engine": cfg["engines"][srv["engine"]]["kind"],
+                "engine_version": cfg["engines"][srv["engine"]]["version"],
+                "status": "not measured yet (waits for the next stretch of GPU time)",
+                "config": {
+                    **{k: srv.get(k) for k in ("lora", "max_loras", "max_cpu_loras", "max_lora_rank")},
+                    "conditions": srv["conditions"],
+                    "bursts": sorted(cfg["bursts"]),
+                    "args": srv.get("args", {}),
+                },
+            }
+            write_json(out / "servers" / s / "facts.json", stub)
+            write_jsonl(out / "servers" / s / "measurements.jsonl", [])
+            continue
         facts = read_json(res / "servers" / s / "facts.json")
         log_path = res / "servers" / s / "server.log"
         if log_path.exists() and facts.get("status") == "ok":
             facts["log"] = get_engine(facts["engine"]).parse_log(log_path.read_text(errors="replace"))
         write_json(out / "servers" / s / "facts.json", facts)
     aggregate(
-        measurement_files=[str(res / "servers" / s / "measurements.jsonl") for s in servers],
+        measurement_files=[
+            str(res / "servers" / s / "measurements.jsonl")
+            if (res / "servers" / s / "measurements.jsonl").exists()
+            else str(out / "servers" / s / "measurements.jsonl")
+            for s in servers
+        ],
         fact_files=[str(out / "servers" / s / "facts.json") for s in servers],
-        runtime_files=[str(res / "runtime_load" / rl["server"] / "load.json")] if rl else [],
+        runtime_files=[str(res / "runtime_load" / s / "load.json") for s in runtime],
         env_files=[str(res / "envs" / f"{e}.json") for e in sorted(cfg["engines"])],
         baseline=cfg.get("baseline"),
         conditions=cfg["conditions"],
@@ -74,9 +97,9 @@ def main() -> int:
         out_provenance=out / "report" / "provenance.json",
     )
     # Small per-server facts and manifests travel with the published study (raw records stay in the bundle).
-    if rl:
-        (out / "runtime_load").mkdir(parents=True, exist_ok=True)
-        shutil.copy(res / "runtime_load" / rl["server"] / "load.json", out / "runtime_load" / "load.json")
+    for s in runtime:
+        (out / "runtime_load" / s).mkdir(parents=True, exist_ok=True)
+        shutil.copy(res / "runtime_load" / s / "load.json", out / "runtime_load" / s / "load.json")
     for sub in ("envs", "adapters", "model"):
         (out / sub).mkdir(parents=True, exist_ok=True)
         for f in (res / sub).glob("*.json"):

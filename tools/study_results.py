@@ -3,12 +3,15 @@ of machine time runs each server job once.
 
   python tools/study_results.py save RESULTS STUDY_DIR      finished jobs of RESULTS/servers and RESULTS/runtime_load
                                                             into STUDY_DIR (per-request records compressed)
-  python tools/study_results.py restore STUDY_DIR RESULTS   the saved jobs back into RESULTS, as Snakemake's outputs
+  python tools/study_results.py restore STUDY_DIR RESULTS [CONFIG]
+                                                            the saved jobs back into RESULTS, as Snakemake's outputs;
+                                                            with CONFIG, only jobs measured with that config's
+                                                            measurement settings and server flags
 
 A job counts as finished when every output exists and its facts say ``status: ok``. Restored outputs have no
 Snakemake metadata, so a run with ``--rerun-triggers params input code software-env`` (no mtime) keeps them;
-a job whose parameters change in the config is a different job only once its metadata exists, so delete its
-folder under STUDY_DIR to measure it again.
+so restore with CONFIG: a saved job whose measurement settings (repetitions, target, minimum duration, bursts)
+or server flags differ from CONFIG's is left out and measured again.
 """
 
 from __future__ import annotations
@@ -19,10 +22,25 @@ import shutil
 import sys
 from pathlib import Path
 
+# Per job kind: files kept as they are, files kept compressed (.gz), the per-request records, the facts file.
 JOBS = {
-    "servers": (("facts.json", "measurements.jsonl", "metrics.jsonl", "server.log"), "records.jsonl", "facts.json"),
-    "runtime_load": (("load.json", "server.log"), "records.jsonl", "load.json"),
+    "servers": (("facts.json", "measurements.jsonl"), ("metrics.jsonl", "server.log"), "records.jsonl", "facts.json"),
+    "runtime_load": (("load.json",), ("server.log",), "records.jsonl", "load.json"),
 }
+DIGITS = {"itl_s": 4, "start_s": 6, "end_s": 6, "ttft_s": 6, "latency_s": 6, "wall_start": 3}
+
+
+def _compact(line: str) -> str:
+    """A per-request record with its times rounded (inter-token latencies to 0.1 ms, the rest to 1 us): the
+    measurements' own figures were computed at full precision and are kept as they are."""
+    r = json.loads(line)
+    for k, d in DIGITS.items():
+        v = r.get(k)
+        if isinstance(v, list):
+            r[k] = [round(x, d) for x in v]
+        elif isinstance(v, float) and v == v:
+            r[k] = round(v, d)
+    return json.dumps(r, separators=(",", ":"), sort_keys=True) + "\n"
 
 
 def _finished(d: Path, plain: tuple[str, ...], records: str, facts: str) -> bool:
@@ -33,41 +51,89 @@ def _finished(d: Path, plain: tuple[str, ...], records: str, facts: str) -> bool
 
 def save(results: Path, study: Path) -> list[str]:
     saved = []
-    for kind, (plain, records, facts) in JOBS.items():
+    for kind, (plain, packed, records, facts) in JOBS.items():
         for d in sorted((results / kind).glob("*")):
-            if not d.is_dir() or not _finished(d, plain, records, facts):
+            if not d.is_dir() or not _finished(d, (*plain, *packed), records, facts):
                 continue
             dst = study / kind / d.name
             dst.mkdir(parents=True, exist_ok=True)
             for f in plain:
                 shutil.copy2(d / f, dst / f)
-            with open(d / records, "rb") as src, gzip.open(dst / (records + ".gz"), "wb", compresslevel=9) as out:
-                shutil.copyfileobj(src, out)
+            for f in packed:
+                with open(d / f, "rb") as src, gzip.open(dst / (f + ".gz"), "wb", compresslevel=9) as out:
+                    shutil.copyfileobj(src, out)
+            with open(d / records) as src, gzip.open(dst / (records + ".gz"), "wt", compresslevel=9) as gz:
+                for line in src:
+                    if line.strip():
+                        gz.write(_compact(line))
             saved.append(f"{kind}/{d.name}")
     return saved
 
 
-def restore(study: Path, results: Path) -> list[str]:
+def expected_measurement(config: dict) -> dict:
+    return {
+        "min_repetitions": config["repetitions"],
+        "max_repetitions": max(config["max_repetitions"], config["repetitions"]),
+        "target_ci_pct": config["target_ci_pct"],
+        "min_measurement_s": config["min_measurement_s"],
+        "min_bursts": config["bursts_per_measurement"],
+        "max_bursts": config["max_bursts_per_measurement"],
+        "outlier_fraction": config["outlier_fraction"],
+        "server_starts": config["server_starts"],
+    }
+
+
+def stale(facts: dict, config: dict | None) -> str:
+    """Why a saved server job no longer matches the config ('' when it does)."""
+    if config is None or "measurement" not in facts and "config" not in facts:
+        return ""
+    if facts.get("measurement") and facts["measurement"] != expected_measurement(config):
+        return f"measured with {facts['measurement']}"
+    srv = config["servers"].get(facts.get("server", ""))
+    if srv is None:
+        return "no such server in the config"
+    cfg = facts.get("config") or {}
+    for key in ("lora", "max_loras", "max_cpu_loras", "max_lora_rank", "args", "conditions"):
+        if cfg.get(key) != srv.get(key, {} if key == "args" else None):
+            return f"{key} was {cfg.get(key)!r}"
+    if sorted(cfg.get("bursts") or []) != sorted(config["bursts"]):
+        return f"bursts were {cfg.get('bursts')}"
+    return ""
+
+
+def restore(study: Path, results: Path, config: dict | None = None) -> list[str]:
     restored = []
-    for kind, (plain, records, _facts) in JOBS.items():
+    for kind, (plain, packed, records, facts_name) in JOBS.items():
         for d in sorted((study / kind).glob("*")):
-            if not (d / (records + ".gz")).exists() or not all((d / f).exists() for f in plain):
+            gz = [records, *packed]
+            if not all((d / f).exists() for f in plain) or not all((d / (f + ".gz")).exists() for f in gz):
+                continue
+            why = stale(json.loads((d / facts_name).read_text()), config) if kind == "servers" else ""
+            if why:
+                print(f"left out {kind}/{d.name}: {why}")
                 continue
             dst = results / kind / d.name
             dst.mkdir(parents=True, exist_ok=True)
             for f in plain:
                 shutil.copy2(d / f, dst / f)
-            with gzip.open(d / (records + ".gz"), "rb") as src, open(dst / records, "wb") as out:
-                shutil.copyfileobj(src, out)
+            for f in gz:
+                with gzip.open(d / (f + ".gz"), "rb") as src, open(dst / f, "wb") as out:
+                    shutil.copyfileobj(src, out)
             restored.append(f"{kind}/{d.name}")
     return restored
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) != 3 or argv[0] not in ("save", "restore"):
+    if len(argv) not in (3, 4) or argv[0] not in ("save", "restore"):
         raise SystemExit(__doc__)
     verb, a, b = argv[0], Path(argv[1]), Path(argv[2])
-    done = save(a, b) if verb == "save" else restore(a, b)
+    config = None
+    if len(argv) == 4:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
+        from lorabench.config import load_file
+
+        config = load_file(argv[3])
+    done = save(a, b) if verb == "save" else restore(a, b, config)
     print(f"{verb}: {len(done)} job(s): {' '.join(done) or '-'}")
 
 

@@ -55,6 +55,7 @@ class LoadtestJob:
     outlier_fraction: float = 0.75  # bursts below this x their measurement's median are counted as slow
     harness: dict[str, str] = field(default_factory=lambda: dict(harness_settings(None)))
     hardware: str = ""  # "cpu" or "gpu"; detected when empty
+    server_starts: int = 1  # the server is started this many times in turn, repetitions spread over the starts
     shuffle_seed: int = 0
     request_timeout_s: float = 300.0
     readiness_timeout_s: float = 600.0
@@ -95,6 +96,17 @@ def _requests_for(
 def _median_ms(values: list[float]) -> float:
     vals = [v for v in values if v is not None and not math.isnan(v)]
     return 1000.0 * statistics.median(vals) if vals else float("nan")
+
+
+def _pct_ms(values: list[float], q: float) -> float:
+    """The q-th percentile (0-100, linear between order statistics, as numpy's default) in milliseconds."""
+    vals = sorted(v for v in values if v is not None and not math.isnan(v))
+    if not vals:
+        return float("nan")
+    pos = (len(vals) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(vals) - 1)
+    return 1000.0 * (vals[lo] + (vals[hi] - vals[lo]) * (pos - lo))
 
 
 def _burst_figures(recs: list[RequestRecord]) -> tuple[float, int, float]:
@@ -145,6 +157,11 @@ def measurement_row(
         "ttft_median_ms": _median_ms([r.ttft_s for r in ok]),
         "itl_median_ms": _median_ms(itl),
         "latency_median_ms": _median_ms([r.latency_s for r in ok]),
+        **{
+            f"{name}_p{q}_ms": _pct_ms(vals, q)
+            for name, vals in (("ttft", [r.ttft_s for r in ok]), ("itl", itl), ("latency", [r.latency_s for r in ok]))
+            for q in (50, 90, 99)
+        },
         "wall_start": min(r.wall_start for r in records),
     }
 
@@ -283,6 +300,10 @@ class Measurer:
     gpu_peak: dict[int, int] = field(default_factory=dict)
     timing: dict[str, float] = field(default_factory=lambda: {"warmup_s": 0.0, "measuring_s": 0.0, "between_s": 0.0})
     server_exit: Callable[[], int | None] = lambda: None  # the server's exit code once it has died
+    instance: int = 0  # which of the job's server starts is serving (see LoadtestJob.server_starts)
+    values: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+    reps: dict[tuple[str, int], int] = field(default_factory=dict)
+    done: int = 0
 
     def _check_server(self, where: str) -> None:
         code = self.server_exit()
@@ -327,7 +348,7 @@ class Measurer:
         for cond in self.job.conditions:
             for burst in sorted(self.job.bursts):
                 for w in range(self.job.warmup_bursts):
-                    mid = f"warmup/{cond}/{burst}/{w}"
+                    mid = f"warmup/{cond}/{burst}/{w}" + (f"/start{self.instance}" if self.instance else "")
                     metrics = "off" if self.job.harness["metrics"] == "off" else "during"
                     groups, samples = await self.bursts(cond, burst, f"warmup{w}", 0.0, 1, 1, metrics)
                     self._keep(groups, samples, _row_base(self.spec, cond, burst, -1 - w, -1, True, mid))
@@ -339,9 +360,10 @@ class Measurer:
                         row["throughput_tok_s"],
                         row["n_errors"],
                     )
-        self.timing["warmup_s"] = time.monotonic() - t0
+        self.timing["warmup_s"] += time.monotonic() - t0
 
     def _keep(self, groups: list[list[RequestRecord]], samples: list[dict[str, Any]], base: dict[str, Any]) -> None:
+        base = {**base, "server_start": self.instance}
         row = measurement_row(groups, base, self.job.outlier_fraction)
         row["metrics"] = summarize_samples(samples)
         self.measurements.append(row)
@@ -380,7 +402,10 @@ class Measurer:
             if len(vals) < job.max_repetitions and not reached_target(vals, job.target_ci_pct, job.repetitions)
         ]
 
-    async def run(self) -> dict[str, Any]:
+    async def run(self, starts: int = 1) -> dict[str, Any]:
+        """Measure on the server now serving, start ``self.instance`` of ``starts``: the canary, the warm-up, this
+        start's share of the shuffled first rounds (repetition r on start r mod ``starts``), and on the last start
+        the adaptive extra rounds."""
         job = self.job
         checked = None
         if self.spec.lora and self.spec.adapters:
@@ -388,36 +413,43 @@ class Measurer:
             log.info("canary: every adapter changes the output (%s)", ", ".join(sorted(self.spec.adapters)))
         await self.warm_up()
         plan = measurement_plan(job.conditions, job.bursts, job.repetitions, job.shuffle_seed)
-        values: dict[tuple[str, int], list[float]] = {(c, b): [] for c in job.conditions for b in job.bursts}
-        reps = dict.fromkeys(values, 0)
+        plan = [c for c in plan if c["rep"] % starts == self.instance]
+        for key in ((c, b) for c in job.conditions for b in job.bursts):
+            self.values.setdefault(key, [])
+            self.reps.setdefault(key, 0)
         t_start = time.monotonic()
-        done = 0
         extra_round = 0
         while plan:
             for cell in plan:
-                row = await self.measure(cell)
-                key = (cell["condition"], cell["burst"])
-                reps[key] += 1
-                if row["n_errors"] == 0:
-                    values[key].append(row["throughput_tok_s"])
-                done += 1
-                iv = MedianInterval.of(values[key])
-                log.info(
-                    "[%s %d] %-10s burst %3d rep %d: %8.1f tok/s (%d bursts, %d slow), ITL %.1f ms, %d errors; "
-                    "cell n=%d ±%.1f%% (%.0f s so far)",
-                    self.spec.server_id, done, cell["condition"], cell["burst"], cell["rep"], row["throughput_tok_s"],
-                    row["n_bursts"], row["outlier_bursts"], row["itl_median_ms"], row["n_errors"], iv.n,
-                    iv.halfwidth_pct, time.monotonic() - t_start,
-                )  # fmt: skip
-            pending = self._pending(values)
+                await self._measure_and_log(cell, t_start)
+            if self.instance < starts - 1:
+                break
             extra_round += 1
-            plan = measurement_plan_extra(pending, reps, done, job.shuffle_seed + extra_round)
+            plan = measurement_plan_extra(
+                self._pending(self.values), self.reps, self.done, job.shuffle_seed + extra_round
+            )
             if plan:
                 log.info("%d cells not yet within ±%.1f%%: one more repetition each", len(plan), job.target_ci_pct)
         probes = await _probe(self.session, self.base_url, self.engine, self.spec)
         probes["gpu_memory_peak_mib"] = self.gpu_peak or None
         probes["canary"] = checked
         return probes
+
+    async def _measure_and_log(self, cell: dict[str, Any], t_start: float) -> None:
+        row = await self.measure(cell)
+        key = (cell["condition"], cell["burst"])
+        self.reps[key] += 1
+        if row["n_errors"] == 0:
+            self.values[key].append(row["throughput_tok_s"])
+        self.done += 1
+        iv = MedianInterval.of(self.values[key])
+        log.info(
+            "[%s %d] %-10s burst %3d rep %d: %8.1f tok/s (%d bursts, %d slow), ITL %.1f ms, %d errors; "
+            "cell n=%d ±%.1f%% (%.0f s so far)",
+            self.spec.server_id, self.done, cell["condition"], cell["burst"], cell["rep"], row["throughput_tok_s"],
+            row["n_bursts"], row["outlier_bursts"], row["itl_median_ms"], row["n_errors"], iv.n,
+            iv.halfwidth_pct, time.monotonic() - t_start,
+        )  # fmt: skip
 
 
 def measurement_plan_extra(
@@ -432,12 +464,21 @@ def measurement_plan_extra(
 
 
 async def _measure_all(
-    job: LoadtestJob, engine: Engine, spec: ServerSpec, srv: ManagedServer, rset: dict[str, Any]
+    job: LoadtestJob,
+    engine: Engine,
+    spec: ServerSpec,
+    srv: ManagedServer,
+    rset: dict[str, Any],
+    m: Measurer | None = None,
+    instance: int = 0,
 ) -> tuple[Measurer, dict[str, Any]]:
+    """Measure on one server start; ``m`` carries what earlier starts of the same job measured."""
     async with make_session(max(job.bursts), srv.api_key) as session:
         assert srv.proc is not None
-        m = Measurer(job, engine, spec, srv.base_url, rset, session, server_exit=srv.proc.poll)
-        probes = await m.run()
+        if m is None:
+            m = Measurer(job, engine, spec, srv.base_url, rset, session)
+        m.session, m.base_url, m.server_exit, m.instance = session, srv.base_url, srv.proc.poll, instance
+        probes = await m.run(job.server_starts)
     return m, probes
 
 
@@ -509,16 +550,35 @@ def _server_config(spec: ServerSpec, conditions: list[str], bursts: list[int]) -
     }
 
 
-def _serve_and_measure(
-    job: LoadtestJob,
-    engine: Engine,
-    spec: ServerSpec,
-    srv: ManagedServer,
-    rset: dict[str, Any],
-    cpus: CpuPlan,
-    lease: DeviceLease,
-) -> tuple[dict[str, Any], Measurer, float, float, float]:
-    facts: dict[str, Any] = {
+def per_adapter(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per condition, burst and adapter, from the measured (non-warm-up) requests: how many, their TTFT, ITL and
+    end-to-end medians and p90. Within one mix, this shows whether one adapter waits for another (slot deferral)."""
+    groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    for r in records:
+        if r.get("warmup") or r.get("error"):
+            continue
+        groups.setdefault((r["condition"], int(r["burst"]), r["adapter"]), []).append(r)
+    out = []
+    for (cond, burst, adapter), rs in sorted(groups.items()):
+        itl = [x for r in rs for x in r.get("itl_s") or []]
+        out.append(
+            {
+                "condition": cond,
+                "burst": burst,
+                "adapter": adapter,
+                "requests": len(rs),
+                "ttft_median_ms": _median_ms([r["ttft_s"] for r in rs]),
+                "ttft_p90_ms": _pct_ms([r["ttft_s"] for r in rs], 90),
+                "itl_median_ms": _median_ms(itl),
+                "latency_median_ms": _median_ms([r["latency_s"] for r in rs]),
+                "latency_p90_ms": _pct_ms([r["latency_s"] for r in rs], 90),
+            }
+        )
+    return out
+
+
+def _facts_head(job: LoadtestJob, spec: ServerSpec, srv: ManagedServer, cpus: CpuPlan, lease: DeviceLease) -> dict:
+    return {
         "server": spec.server_id,
         "engine": spec.engine,
         "engine_version": job.engine_version,
@@ -537,21 +597,59 @@ def _serve_and_measure(
             "min_bursts": job.bursts_per_measurement,
             "max_bursts": job.max_bursts_per_measurement,
             "outlier_fraction": job.outlier_fraction,
+            "server_starts": job.server_starts,
         },
     }
+
+
+def _serve_and_measure(
+    job: LoadtestJob,
+    engine: Engine,
+    spec: ServerSpec,
+    make_server: Callable[[], ManagedServer],
+    rset: dict[str, Any],
+    cpus: CpuPlan,
+    lease: DeviceLease,
+) -> dict[str, Any]:
+    """Start the server ``job.server_starts`` times in turn (a fresh process each time, so the spread over
+    repetitions includes how much one start differs from the next), measure on each, always stop it."""
+    facts: dict[str, Any] = {}
+    m: Measurer | None = None
+    ready: list[float] = []
+    stop_s = 0.0
     t_job = time.monotonic()
-    with srv:
-        facts["gpu_memory_before_mib"] = gpu_memory()
-        facts["readiness_s"], facts["harness"]["threads_placed"] = ready_server(srv, cpus, job.readiness_timeout_s)
-        facts["gpu_memory_ready_mib"] = gpu_memory()
-        assert srv.proc is not None
-        facts["host_rss_ready_mib"] = group_rss_mib(srv.proc.pid)
-        t_ready = time.monotonic()
-        m, probes = asyncio.run(_measure_all(job, engine, spec, srv, rset))
-        t_measured = time.monotonic()
-        facts["host_rss_end_mib"] = group_rss_mib(srv.proc.pid)
-        facts["probes"] = probes
-    return facts, m, t_job, t_ready, t_measured
+    for k in range(job.server_starts):
+        srv = make_server()
+        facts = facts or _facts_head(job, spec, srv, cpus, lease)
+        with srv:
+            if k == 0:
+                facts["gpu_memory_before_mib"] = gpu_memory()
+            r, placed = ready_server(srv, cpus, job.readiness_timeout_s)
+            ready.append(r)
+            facts["harness"]["threads_placed"] = placed
+            if k == 0:
+                facts["gpu_memory_ready_mib"] = gpu_memory()
+                assert srv.proc is not None
+                facts["host_rss_ready_mib"] = group_rss_mib(srv.proc.pid)
+            m, probes = asyncio.run(_measure_all(job, engine, spec, srv, rset, m, k))
+            assert srv.proc is not None
+            facts["host_rss_end_mib"] = group_rss_mib(srv.proc.pid)
+            facts["probes"] = probes
+            t_stop = time.monotonic()
+        stop_s += time.monotonic() - t_stop
+    assert m is not None
+    facts["readiness_s"] = ready[0]
+    facts["readiness_starts_s"] = ready
+    total = time.monotonic() - t_job
+    facts["timing"] = {
+        "readiness_s": sum(ready),
+        **m.timing,
+        "probes_s": total - sum(ready) - sum(m.timing.values()) - stop_s,
+        "stop_s": stop_s,
+        "total_s": total,
+    }
+    facts["_measurer"] = m
+    return facts
 
 
 def run_loadtest(job: LoadtestJob) -> dict[str, Any]:
@@ -569,19 +667,15 @@ def run_loadtest(job: LoadtestJob) -> dict[str, Any]:
     server_log.unlink(missing_ok=True)
     cpus = job_cpus(job)
     with terminate_on_signals(), device.acquire(job_hardware(job), all_server_markers(), spec.server_id) as lease:
-        srv = engine_server(
-            engine, spec, job.host, server_log, out / "server.pid", cpus, lease, secrets.token_urlsafe(24)
-        )
-        facts, m, t_job, t_ready, t_measured = _serve_and_measure(job, engine, spec, srv, rset, cpus, lease)
+
+        def make_server() -> ManagedServer:
+            key = secrets.token_urlsafe(24)
+            return engine_server(engine, spec, job.host, server_log, out / "server.pid", cpus, lease, key)
+
+        facts = _serve_and_measure(job, engine, spec, make_server, rset, cpus, lease)
+    m: Measurer = facts.pop("_measurer")
+    facts["per_adapter"] = per_adapter(m.records)
     facts["gpu_memory_after_stop_mib"] = gpu_memory()
-    t_end = time.monotonic()
-    facts["timing"] = {
-        "readiness_s": t_ready - t_job,
-        **m.timing,
-        "probes_s": t_measured - t_ready - sum(m.timing.values()),
-        "stop_s": t_end - t_measured,
-        "total_s": t_end - t_job,
-    }
     log_text = server_log.read_text(errors="replace")
     facts["log"] = engine.parse_log(log_text)
     if facts["log"].get("engine_version") and not facts["engine_version"]:
@@ -638,6 +732,7 @@ def job_from_rule(params: dict[str, Any], inputs: Any, out_dir: Path) -> Loadtes
         outlier_fraction=float(params["outlier_fraction"]),
         harness=dict(params["harness"]),
         hardware=params["hardware"],
+        server_starts=int(params.get("server_starts") or 1),
         load=dict(params.get("load") or {"shape": "burst"}),
         engine_version=env_info.get("version") or "",
         out_dir=str(out_dir),

@@ -66,6 +66,7 @@ def slot_cliff(rows: list[dict[str, Any]], out: Path) -> Path | None:
             marker="o",
             label=f"{engine} {cond} (burst {burst})",
         )
+    ax.set_xticks(sorted({int(r["max_loras"]) for r in rows}))  # slot counts are whole numbers
     ax.set_xlabel("slots (max LoRAs per batch)")
     ax.set_ylabel("output tok/s (median)")
     ax.set_title("Slot cliff: more distinct adapters than slots")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,7 @@ def render_report(
         prov=prov,
         engines_in_study=engines_in_study,
         slot_rows=slot_rows,
+        findings=findings(rows, summary.get("runtime", []), summary.get("engine_comparison") or []),
         measurement=next(
             (f["measurement"] for f in summary.get("server_facts_raw", {}).values() if f.get("measurement")), {}
         ),
@@ -130,3 +132,82 @@ def render_report(
     )
     write_text_atomic(out_html, html)
     log.info("report: %s (%d rows, %d claims)", out_html, len(rows), len(verdicts["claims"]))
+
+
+def _span_text(lo: float | None, hi: float | None) -> str:
+    if lo is None or hi is None:
+        return ""
+    return f" [{lo:+.1f}, {hi:+.1f}]"
+
+
+def _ratio(num: dict[str, Any], den: dict[str, Any]) -> tuple[float, float, float]:
+    """Median ratio and the span the repetitions allow (min/max .. max/min), in percent."""
+    return (
+        100 * (num["throughput_median"] / den["throughput_median"] - 1),
+        100 * (num["throughput_min"] / den["throughput_max"] - 1),
+        100 * (num["throughput_max"] / den["throughput_min"] - 1),
+    )
+
+
+def _stable(lo: float, hi: float) -> str:
+    return "a difference beyond our spread" if lo > 0 or hi < 0 else "within our spread: no difference shown"
+
+
+# The source's questions, each answered from this run's rows, with the claims that carry the verdicts.
+FINDING_CLAIMS = {
+    "enable": ("s6-lora-enabled-free", "s7-lora-enabled-free"),
+    "adapter": ("s6-adapter-cost-range", "s7-adapter-cost-b48"),
+    "slots": ("s6-slot-shortage-half", "s7-slot-shortage-56pct", "s41-sgl-slot-cliff"),
+    "runtime": ("s5-runtime-load-time", "s5-after-load-same-speed", "s7-adapter-deploy-seconds"),
+}
+
+
+def findings(rows: list[dict[str, Any]], runtime: list[dict[str, Any]], comparison: list[dict[str, Any]]) -> list[dict]:
+    """What the run answers, first: the cost of enabling LoRA, of one adapter, of too few slots, of runtime
+    loading, and the engine comparison. Each answer names the rows it comes from and says whether the difference
+    is beyond the span our repetitions allow."""
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("throughput_median")]
+    burst = max((r["burst"] for r in ok), default=None)
+    out: list[dict[str, Any]] = []
+    for engine in sorted({r["engine"] for r in ok}):
+        eng = [r for r in ok if r["engine"] == engine and r["burst"] == burst]
+        off = next((r for r in eng if not r.get("lora") and r["condition"] == "base"), None)
+        lora = sorted((r for r in eng if r.get("lora")), key=lambda r: r.get("max_loras") or 0)
+        on_base = next((r for r in lora if r["condition"] == "base"), None)
+        if off and on_base:
+            m, lo, hi = _ratio(on_base, off)
+            q = f"{engine}: what does merely enabling LoRA cost?"
+            out.append({"key": "enable", "question": q,
+                        "answer": f"base-model requests on {on_base['server']} vs {off['server']}, burst {burst}: "
+                                  f"{m:+.1f}%{_span_text(lo, hi)}; {_stable(lo, hi)}"})  # fmt: skip
+        one = next((r for r in lora if r["condition"] == "a"), None)
+        if on_base and one:
+            m, lo, hi = _ratio(one, on_base)
+            q = f"{engine}: what does serving one adapter cost?"
+            a = f"adapter a vs base on {one['server']}, burst {burst}: {m:+.1f}%{_span_text(lo, hi)}; {_stable(lo, hi)}"
+            out.append({"key": "adapter", "question": q, "answer": a})
+        slots = [r for r in lora if r["condition"] == "abc"]
+        if len(slots) >= 2 and slots[0].get("max_loras") != slots[-1].get("max_loras"):
+            m, lo, hi = _ratio(slots[0], slots[-1])
+            a = (
+                f"three adapters (abc) on {slots[0]['max_loras']} slots vs {slots[-1]['max_loras']} slots, "
+                f"burst {burst}: {m:+.1f}%{_span_text(lo, hi)}; {_stable(lo, hi)}"
+            )
+            out.append({"key": "slots", "question": f"{engine}: what do too few adapter slots cost?", "answer": a})
+    for rt in runtime:
+        if rt.get("status") == "ok":
+            q = f"{rt['engine']}: how fast is loading an adapter at run time?"
+            out.append({"key": "runtime", "question": q,
+                        "answer": f"{rt['server']}: load call {rt['load_s_median']:.3f} s (median of "
+                                  f"{len(rt['cycles'])}); first request TTFT {rt['cold_ttft_ms_median']:.0f} ms, "
+                                  f"then {rt['warm_ttft_ms_median']:.0f} ms warm vs {rt['resident_ttft_ms_median']:.0f}"
+                                  " ms for a resident adapter"})  # fmt: skip
+    if comparison:
+        diffs = [c for c in comparison if c["ratio_lo_pct"] > 0 or c["ratio_hi_pct"] < 0]
+        c0 = comparison[0]
+        med = statistics.median(c["ratio_pct"] for c in comparison)
+        a = f"{len(diffs)} of {len(comparison)} paired rows differ beyond the spread; median ratio {med:+.1f}%"
+        out.append({"key": "engines", "question": f"{c0['b_engine']} against {c0['a_engine']}", "answer": a})
+    for f in out:
+        f["claims"] = list(FINDING_CLAIMS.get(f["key"], ()))
+    return out

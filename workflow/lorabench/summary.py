@@ -110,6 +110,12 @@ def summarize_cell(
         "itl_median_ms": float(clean["itl_median_ms"].median()) if len(clean) else float("nan"),
         "latency_median_ms": float(clean["latency_median_ms"].median()) if len(clean) else float("nan"),
         "itl_spread_pct": Summary.of(list(clean["itl_median_ms"])).spread_pct,
+        # Tails: the median over repetitions of each measurement's percentile (per request; ITL per token).
+        **{
+            f"{n}_p{q}_ms": float(_col(clean, f"{n}_p{q}_ms").median()) if len(clean) else float("nan")
+            for n in ("ttft", "itl", "latency")
+            for q in (50, 90, 99)
+        },
         "measurements": len(ms),
         "measurements_with_errors": int((ms["n_errors"] > 0).sum()),
         "request_errors": int(ms["n_errors"].sum()),
@@ -128,6 +134,59 @@ def summarize_cell(
         if len(series):
             row[col[2:] + "_median"] = float(series.median())
     return row
+
+
+def _engine_baselines(sdf: pd.DataFrame) -> None:
+    """The cost of merely enabling LoRA, per engine: each row against the same engine's LoRA-off server, base
+    model, same burst size (median ratio, and the span the repetitions allow: min/max against max/min)."""
+    for col in (
+        "engine_baseline",
+        "ratio_to_engine_baseline_pct",
+        "ratio_to_engine_baseline_lo",
+        "ratio_to_engine_baseline_hi",
+    ):
+        sdf[col] = "" if col == "engine_baseline" else float("nan")
+    if not len(sdf) or "throughput_median" not in sdf:
+        return
+    offs = sdf[(sdf["lora"] == False) & (sdf["condition"] == "base") & (sdf["status"] == "ok")]  # noqa: E712
+    for _, b in offs.iterrows():
+        same = (sdf["engine"] == b["engine"]) & (sdf["burst"] == b["burst"]) & (sdf["status"] == "ok")
+        sdf.loc[same, "engine_baseline"] = f"{b['server']}/base"
+        sdf.loc[same, "ratio_to_engine_baseline_pct"] = 100 * (
+            sdf.loc[same, "throughput_median"] / b["throughput_median"] - 1
+        )
+        sdf.loc[same, "ratio_to_engine_baseline_lo"] = 100 * (sdf.loc[same, "throughput_min"] / b["throughput_max"] - 1)
+        sdf.loc[same, "ratio_to_engine_baseline_hi"] = 100 * (sdf.loc[same, "throughput_max"] / b["throughput_min"] - 1)
+
+
+def engine_comparison(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same LoRA setting, condition and burst on two engines side by side: B / A with the span the
+    repetitions allow. Rows pair servers by (lora, slots, condition, burst)."""
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("throughput_median")]
+    engines = sorted({r["engine"] for r in ok})
+    if len(engines) < 2:
+        return []
+    a_name, b_name = engines[0], engines[1]
+    key = lambda r: (bool(r.get("lora")), r.get("max_loras") or 0, r["condition"], r["burst"])  # noqa: E731
+    a_rows = {key(r): r for r in ok if r["engine"] == a_name}
+    out = []
+    for r in sorted((r for r in ok if r["engine"] == b_name), key=key):
+        a = a_rows.get(key(r))
+        if not a:
+            continue
+        out.append(
+            {
+                "lora": key(r)[0], "slots": key(r)[1] or None, "condition": r["condition"], "burst": r["burst"],
+                "a_engine": a_name, "a_server": a["server"], "a_tok_s": a["throughput_median"],
+                "a_spread_pct": a.get("throughput_spread_pct"),
+                "b_engine": b_name, "b_server": r["server"], "b_tok_s": r["throughput_median"],
+                "b_spread_pct": r.get("throughput_spread_pct"),
+                "ratio_pct": 100 * (r["throughput_median"] / a["throughput_median"] - 1),
+                "ratio_lo_pct": 100 * (r["throughput_min"] / a["throughput_max"] - 1),
+                "ratio_hi_pct": 100 * (r["throughput_max"] / a["throughput_min"] - 1),
+            }
+        )  # fmt: skip
+    return out
 
 
 def aggregate(
@@ -189,6 +248,7 @@ def aggregate(
                     sdf.loc[same, "throughput_median"] / b["throughput_median"] - 1
                 )
                 sdf.loc[same, "baseline"] = f"{baseline['server']}/{baseline['condition']}"
+    _engine_baselines(sdf)
     sdf.drop(columns=["values"], errors="ignore").to_csv(out["summary"], index=False)
 
     def gpu_used(f: dict[str, Any], key: str) -> Any:
@@ -236,6 +296,10 @@ def aggregate(
         "baseline": baseline,
         "hardware": hardware,
         "rows": [_record(r) for r in sdf.to_dict("records")],
+        "per_adapter": [
+            {"server": server, **row} for server, f in sorted(facts.items()) for row in (f.get("per_adapter") or [])
+        ],
+        "engine_comparison": engine_comparison([_record(r) for r in sdf.to_dict("records")]),
         "facts": [_record(r) for r in fdf.to_dict("records")],
         "server_facts_raw": facts,
         "runtime": runtime,

@@ -142,6 +142,7 @@ def server_job(server, runtime=False):
             "target_ci_pct": config["target_ci_pct"],
             "outlier_fraction": config["outlier_fraction"],
             "harness": config["harness"],
+            "server_starts": config["server_starts"],
             "runnable": engine_runnable(srv["engine"]),
             "hardware": HARDWARE,
             "runtime_load": rl if runtime else None,
