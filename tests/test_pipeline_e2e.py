@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from lorabench.bundle import render_from_bundle, verify_bundle
+from lorabench.engines import all_server_markers
 from lorabench.io import read_json, read_jsonl
 
 from .conftest import ROOT
@@ -68,7 +69,7 @@ def server_processes(marker: str) -> list[str]:
                 cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if marker in cmd and "vllm" in cmd:
+            if marker in cmd and any(m in cmd for m in all_server_markers()):
                 found.append(cmd)
     return found
 

@@ -19,6 +19,7 @@ def servers():
         "cut": {"fault": "cut", "fault_all": True},
         "short": {"fault": "short", "fault_all": True},
         "stall": {"fault": "stall", "fault_all": True},
+        "spaced": {"fault": "spaced", "fault_all": True},
     }.items():
         procs[name] = start_in_process(**kw)
     yield {k: f"http://127.0.0.1:{p}" for k, (_, p) in procs.items()}
@@ -44,6 +45,15 @@ def test_complete_stream_counts_tokens_and_latencies(servers):
     assert len(rec.itl_s) == 7
     assert 0 < rec.ttft_s <= rec.latency_s
     assert rec.finish_reason == "length"
+
+
+def test_json_with_spaces_is_read_the_same(servers):
+    compact = asyncio.run(one(servers["ok"], req(8)))
+    spaced = asyncio.run(one(servers["spaced"], req(8)))
+    assert spaced.ok, spaced.error
+    assert (spaced.events, spaced.completion_tokens, spaced.prompt_tokens) == (8, 8, 5)
+    assert (compact.events, compact.completion_tokens) == (8, 8) and len(spaced.itl_s) == 7
+    assert spaced.finish_reason == "length"
 
 
 def test_http_error_is_recorded(servers):

@@ -116,7 +116,13 @@ def check_references(config: dict[str, Any]) -> None:
             for key in ("max_loras", "max_cpu_loras", "max_lora_rank", "adapters"):
                 if key in srv:
                     raise ConfigError(f"servers.{sid}.{key}: only meaningful with lora: true")
+    from .engines import registered_engines
+
     for eid, eng in config["engines"].items():
+        if eng["kind"] not in registered_engines():
+            raise ConfigError(
+                f"engines.{eid}.kind: unknown engine kind {eng['kind']!r} (registered: {registered_engines()})"
+            )
         if not eng.get("requirements") and not eng.get("existing"):
             raise ConfigError(f"engines.{eid}: give 'requirements' (pinned venv) or 'existing' (installed python)")
         if eng.get("requirements") and not Path(eng["requirements"]).exists():

@@ -365,7 +365,7 @@ class Measurer:
     def _keep(self, groups: list[list[RequestRecord]], samples: list[dict[str, Any]], base: dict[str, Any]) -> None:
         base = {**base, "server_start": self.instance}
         row = measurement_row(groups, base, self.job.outlier_fraction)
-        row["metrics"] = summarize_samples(samples)
+        row["metrics"] = summarize_samples(samples, self.engine)
         self.measurements.append(row)
         for k, recs in enumerate(groups):
             self.records += [{**r.to_row(), **base, "burst_index": k} for r in recs]

@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
+
+if TYPE_CHECKING:
+    from .engines import Engine
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEnaNInf]+)")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -75,19 +78,20 @@ class MetricsSampler:
         return self.samples
 
 
-def summarize_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """Max and mean of gauges per metric name (labels folded), plus the LoRA adapters seen running/waiting."""
+def summarize_samples(samples: list[dict[str, Any]], engine: Engine | None = None) -> dict[str, Any]:
+    """Max and mean of gauges per metric (labels folded; under the engine's neutral name where it has one), plus
+    the LoRA adapters seen running and waiting."""
     out: dict[str, Any] = {}
     by_name: dict[str, dict[float, float]] = {}
     running_sets: set[str] = set()
     waiting_sets: set[str] = set()
+    names = engine.metric_names if engine else {}
     for s in samples:
         name = s["name"]
-        if name == "vllm:lora_requests_info":
-            if s["labels"].get("running_lora_adapters"):
-                running_sets.add(s["labels"]["running_lora_adapters"])
-            if s["labels"].get("waiting_lora_adapters"):
-                waiting_sets.add(s["labels"]["waiting_lora_adapters"])
+        sets = engine.lora_sets(s) if engine else None
+        if sets is not None:
+            running_sets.update(x for x in sets[:1] if x)
+            waiting_sets.update(x for x in sets[1:] if x)
             continue
         if "reason" in s["labels"]:
             name = f"{name}_{s['labels']['reason']}"
@@ -96,7 +100,7 @@ def summarize_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
         by_name[name][s["t"]] = by_name[name].get(s["t"], 0.0) + s["value"]
     for name, series in by_name.items():
         vals = list(series.values())
-        short = name.split(":", 1)[-1]
+        short = names.get(name) or name.split(":", 1)[-1]
         out[f"{short}_max"] = max(vals)
         out[f"{short}_mean"] = sum(vals) / len(vals)
     if running_sets or waiting_sets:

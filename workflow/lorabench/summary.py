@@ -65,13 +65,7 @@ def _clean(v: Any) -> Any:
     return v
 
 
-QUEUE_COLS = (
-    "m_num_requests_running_max",
-    "m_num_requests_waiting_max",
-    "m_num_requests_waiting_by_reason_deferred_max",
-    "m_num_running_reqs_max",
-    "m_num_queue_reqs_max",
-)
+QUEUE_COLS = ("m_running_max", "m_waiting_max", "m_deferred_max")  # neutral names (Engine.metric_names)
 
 
 def _col(df: pd.DataFrame, name: str) -> pd.Series:

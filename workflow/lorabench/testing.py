@@ -35,6 +35,12 @@ def _event(i: int, finish: str | None = None) -> bytes:
     return _LAST_EVENT if finish else _TOKEN_EVENT
 
 
+def _spaced(event: bytes) -> bytes:
+    """The same event re-encoded with json's default separators (", " and ": ")."""
+    body = json.loads(event[len(b"data: ") :].strip())
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
 def _usage(prompt: int, completion: int) -> bytes:
     body = {
         "id": "cmpl-x",
@@ -79,6 +85,12 @@ async def completions(request: web.Request) -> web.StreamResponse:
         await resp.write(_event(0))
         await asyncio.sleep(3600)
     chunk = bytearray()
+    if fault == "spaced":  # JSON written with spaces after separators, as some servers do
+        for i in range(produced):
+            chunk += _spaced(_event(i, "length" if i == produced - 1 else None))
+        await resp.write(bytes(chunk) + _spaced(_usage(5, produced).split(b"\n\n")[0] + b"\n\n") + b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
     for i in range(produced):
         chunk += _event(i, "length" if i == produced - 1 else None)
         if len(chunk) and (i + 1) % batch == 0:
@@ -126,3 +138,20 @@ def start_in_process(**kwargs: Any) -> tuple[Any, int]:
         except OSError:
             time.sleep(0.05)
     return proc, port
+
+
+def main() -> None:
+    """``python -m lorabench.testing --port N``: the fault-injection server as a process of its own (what a toy
+    engine module starts in the plug-in test)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--delay", type=float, default=0.002, help="seconds between streamed tokens")
+    args = ap.parse_args()
+    web.run_app(make_app(delay=args.delay), host=args.host, port=args.port, print=None, access_log=None)
+
+
+if __name__ == "__main__":
+    main()

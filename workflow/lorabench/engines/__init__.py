@@ -1,11 +1,17 @@
 """Engines behind one small interface, registered by name (``get_engine('vllm')``).
 
-Adding an engine means adding one module that subclasses :class:`~lorabench.engines.base.Engine` and decorates
-it with :func:`~lorabench.engines.base.register`, and importing it here.
+Adding an engine means adding one module to this package that subclasses
+:class:`~lorabench.engines.base.Engine` and decorates it with :func:`~lorabench.engines.base.register`: every
+module here is imported below, so the registry (and the config's ``kind`` check) knows it without other edits.
 """
 
-from . import sglang as _sglang  # noqa: F401  (registers "sglang")
-from . import vllm as _vllm  # noqa: F401  (registers "vllm")
+import importlib
+import pkgutil
+
 from .base import Engine, ServerSpec, all_server_markers, get_engine, registered_engines
+
+for _m in pkgutil.iter_modules(__path__):
+    if _m.name != "base":
+        importlib.import_module(f"{__name__}.{_m.name}")
 
 __all__ = ["Engine", "ServerSpec", "all_server_markers", "get_engine", "registered_engines"]

@@ -58,6 +58,9 @@ class Engine(ABC):
     metrics_path: ClassVar[str] = "/metrics"
     # Prometheus metric names worth sampling during a measurement (prefix match).
     metric_prefixes: ClassVar[tuple[str, ...]] = ()
+    # Sampled series (a "reason" label folded into the name as NAME_REASON) under the neutral names the summary
+    # and the report use: running, waiting, deferred (waiting for an adapter slot), kv_cache_usage, preemptions.
+    metric_names: ClassVar[dict[str, str]] = {}
     # What this engine's server processes look like (a command-line fragment or a process name), so that a live
     # server left by another run is recognised before a measurement shares its device.
     server_markers: ClassVar[tuple[str, ...]] = ()
@@ -71,6 +74,10 @@ class Engine(ABC):
     def environment(self, spec: ServerSpec) -> dict[str, str]:
         """Environment variables the engine needs on top of the spec's own."""
         return {}
+
+    def lora_sets(self, sample: dict[str, Any]) -> tuple[str, str] | None:
+        """For a metric sample that lists adapters in flight: (running adapters, waiting adapters), else None."""
+        return None
 
     def api_key_env(self, key: str) -> dict[str, str]:
         """Environment that makes the server require ``key`` (preferred: the environment of a process is not

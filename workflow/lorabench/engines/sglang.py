@@ -26,6 +26,8 @@ class SGLang(Engine):
         "sglang:lora",
     )
 
+    metric_names = {"sglang:num_running_reqs": "running", "sglang:num_queue_reqs": "waiting"}
+
     def command(self, spec: ServerSpec, host: str, port: int) -> list[str]:
         argv = [
             spec.python,

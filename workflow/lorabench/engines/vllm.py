@@ -29,6 +29,19 @@ class VLLM(Engine):
         "vllm:num_preemptions",
     )
 
+    metric_names = {
+        "vllm:num_requests_running": "running",
+        "vllm:num_requests_waiting": "waiting",
+        "vllm:num_requests_waiting_by_reason_deferred": "deferred",
+        "vllm:kv_cache_usage_perc": "kv_cache_usage",
+        "vllm:num_preemptions": "preemptions",
+    }
+
+    def lora_sets(self, sample: dict[str, Any]) -> tuple[str, str] | None:
+        if sample["name"] != "vllm:lora_requests_info":
+            return None
+        return sample["labels"].get("running_lora_adapters", ""), sample["labels"].get("waiting_lora_adapters", "")
+
     def command(self, spec: ServerSpec, host: str, port: int) -> list[str]:
         argv = [
             spec.python,

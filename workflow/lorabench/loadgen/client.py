@@ -79,6 +79,11 @@ class CompletionRequest:
         return body
 
 
+def _usage(rec: RequestRecord, usage: dict[str, Any]) -> None:
+    rec.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+    rec.completion_tokens = int(usage.get("completion_tokens") or 0)
+
+
 def _classify(rec: RequestRecord, ignore_eos: bool) -> None:
     """Turn a finished stream into an error when it is incomplete (cut stream, fewer tokens than asked)."""
     if rec.error:
@@ -127,10 +132,18 @@ async def send_request(
                         if data == _DONE:
                             done = True
                             continue
-                        if _USAGE_MARK in data:
-                            usage = json.loads(data).get("usage") or {}
-                            rec.prompt_tokens = int(usage.get("prompt_tokens") or 0)
-                            rec.completion_tokens = int(usage.get("completion_tokens") or 0)
+                        compact = _CHOICE_MARK in data or b'"choices":[' in data
+                        if not compact and b'"choices"' in data:
+                            # An engine that writes JSON with spaces: the slow path, decoded in full.
+                            obj = json.loads(data)
+                            if obj.get("usage"):
+                                _usage(rec, obj["usage"])
+                            if not obj.get("choices"):
+                                continue
+                            data = json.dumps(obj["choices"][0:1], separators=(",", ":")).encode()
+                            data = b'{"choices":' + data + b"}"
+                        elif _USAGE_MARK in data:
+                            _usage(rec, json.loads(data).get("usage") or {})
                             if b'"choices":[]' in data:
                                 continue
                         if _ERROR_MARK in data and b'"choices"' not in data:
