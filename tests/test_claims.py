@@ -20,6 +20,7 @@ def ctx() -> Context:
         read_json(RUN / "summary.json"),
         read_json(RUN / "model.json"),
         [read_json(RUN / f"adapter-{a}.json") for a in "abc"],
+        read_json(ROOT / "config" / "models" / "qwen3-1.7b.json"),
     )
 
 

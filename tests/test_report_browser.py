@@ -41,6 +41,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
         str(RUN / "model.json"),
         adapters,
         str(verdicts),
+        str(ROOT / "config" / "models" / "qwen3-1.7b.json"),
     )
     html = out / "index.html"
     render_report(

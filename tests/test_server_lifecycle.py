@@ -151,6 +151,22 @@ def test_killed_job_leaves_no_server_and_the_run_resumes(tmp_path: Path):
     assert wait_gone(str(work), 10) == []
 
 
+def start(work: Path) -> subprocess.Popen:
+    """snakemake in the background, in its own process group (the test signals it or the group)."""
+    return subprocess.Popen(
+        [SNAKEMAKE, "--cores", "1"], cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def long_study(tmp_path: Path) -> Path:
+    work = small_study(tmp_path)
+    cfg = yaml.safe_load((work / "config/config.yaml").read_text())
+    cfg["repetitions"] = 400
+    (work / "config/config.yaml").write_text(yaml.safe_dump(cfg))
+    return work
+
+
 def _job_window(log: Path) -> tuple[str, str]:
     stamps = re.findall(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+) ", log.read_text(), re.M)
     return stamps[0], stamps[-1]
@@ -168,14 +184,9 @@ def test_more_cores_still_measure_one_server_at_a_time(tmp_path: Path):
 
 
 def test_sigkill_of_snakemake_alone_stops_the_job_and_its_server(tmp_path: Path):
-    work = small_study(tmp_path)
+    work = long_study(tmp_path)
     cfg = yaml.safe_load((work / "config/config.yaml").read_text())
-    cfg["repetitions"] = 400
-    (work / "config/config.yaml").write_text(yaml.safe_dump(cfg))
-    proc = subprocess.Popen(
-        [SNAKEMAKE, "--cores", "1"], cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )  # fmt: skip
+    proc = start(work)
     try:
         wait_for(work / "logs/server_loadtest/solo.log", "server ready", proc)
         os.kill(proc.pid, signal.SIGKILL)  # snakemake alone, as the out-of-memory killer would
@@ -198,14 +209,8 @@ def test_sigkill_of_snakemake_alone_stops_the_job_and_its_server(tmp_path: Path)
 
 
 def test_server_killed_mid_measurement_fails_the_job_and_keeps_nothing(tmp_path: Path):
-    work = small_study(tmp_path)
-    cfg = yaml.safe_load((work / "config/config.yaml").read_text())
-    cfg["repetitions"] = 400
-    (work / "config/config.yaml").write_text(yaml.safe_dump(cfg))
-    proc = subprocess.Popen(
-        [SNAKEMAKE, "--cores", "1"], cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )  # fmt: skip
+    work = long_study(tmp_path)
+    proc = start(work)
     try:
         wait_for(work / "logs/server_loadtest/solo.log", "[solo 2]", proc)
         pgid = int((work / "results/servers/solo/server.pid").read_text().split()[0])

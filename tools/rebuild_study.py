@@ -83,7 +83,12 @@ def main() -> int:
     adapters = [str(res / "adapters" / f"{a}.json") for a in sorted(cfg["adapters"])]
     verdicts = out / "claims" / "verdicts.json"
     evaluate_file(
-        cfg["claims"], str(summary / "summary.json"), str(res / "model" / "manifest.json"), adapters, str(verdicts)
+        cfg["claims"],
+        str(summary / "summary.json"),
+        str(res / "model" / "manifest.json"),
+        adapters,
+        str(verdicts),
+        str(ROOT / "config" / "models" / "qwen3-1.7b.json"),
     )
     render_report(
         study=cfg["study"],

@@ -7,6 +7,8 @@ max-loras-per-batch, max-lora-rank, lora-target-modules, enable-metrics, context
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from lorabench.engines import ServerSpec, get_engine
@@ -63,9 +65,19 @@ def test_vllm_only_setting_refused():
         get_engine("sglang").check(replace(SPEC, max_cpu_loras=4))
 
 
-def test_log_facts_from_sglang_lines():
-    # Line shapes written after SGLang 0.5.x log format strings (not yet recorded from a run: SGLang needs a
-    # GPU; replace with recorded lines once the SGLang study runs on the device).
+def test_log_facts_from_recorded_h200_lines():
+    # Lines SGLang 0.5.17 wrote on an H200 in this project's run (sglang-lora-2: 2 slots, bursts up to 48).
+    text = (Path(__file__).parent / "sglang_h200_log_lines.txt").read_text()
+    f = get_engine("sglang").parse_log(text)
+    assert f["kv_cache_tokens"] == 1145202
+    assert f["attention_backend"] == "fa3" and f["lora_backend"] == "csgmv"
+    assert f["cuda_graph_captures"] == 12  # decode graphs for bs 1..64
+    assert f["graph_capture_s"] == pytest.approx(7.55 + 2.10)
+    assert f["max_queue_reqs_logged"] == 16 and f["max_running_reqs_logged"] == 48
+
+
+def test_log_facts_from_older_line_shapes():
+    # Line shapes of earlier 0.5.x releases, kept parseable.
     text = "\n".join(
         [
             "server_args=ServerArgs(model_path='/m', attention_backend='fa3', lora_backend='csgmv', "

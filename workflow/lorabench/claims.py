@@ -17,7 +17,6 @@ which hardware each side used.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import statistics
@@ -28,13 +27,13 @@ import yaml
 
 from .adapters import lora_parameter_count
 from .io import read_json, write_json
+from .stats import fmt_num
 
 log = logging.getLogger(__name__)
 
 VERDICTS = ("reproduced", "direction only", "inconclusive", "contradicted", "not comparable", "not run")
 ABSOLUTE_UNITS = ("tok_s", "MiB", "s", "ms")
 Span = tuple[float, float] | None  # for throughput ratios: the span of ratios the repetitions allow
-REFERENCE_ARCH = Path(__file__).resolve().parents[2] / "config" / "models" / "qwen3-1.7b.json"
 _METRIC_COLS = {
     "throughput_tok_s": "throughput_median",
     "itl_median_ms": "itl_median_ms",
@@ -47,8 +46,16 @@ _METRIC_COLS = {
 class Context:
     """What the claims are evaluated against: summary rows, server facts, runtime loads, model and adapters."""
 
-    def __init__(self, summary: dict[str, Any], model: dict[str, Any], adapters: list[dict[str, Any]]):
+    def __init__(
+        self,
+        summary: dict[str, Any],
+        model: dict[str, Any],
+        adapters: list[dict[str, Any]],
+        reference_arch: dict[str, Any] | None = None,
+    ):
         self.summary = summary
+        # The source's architecture (Qwen3-1.7B), for claims about its adapter sizes; an input of the rule.
+        self.reference_arch = reference_arch
         self.rows: list[dict[str, Any]] = summary.get("rows", [])
         self.facts: list[dict[str, Any]] = summary.get("facts", [])
         self.raw_facts: dict[str, Any] = summary.get("server_facts_raw", {})
@@ -154,7 +161,9 @@ def _single(claim: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, s
 
 def _artifact(key: str, ctx: Context) -> tuple[Any, str, list[str]]:
     if key == "rank_consistency":
-        arch = json.loads(REFERENCE_ARCH.read_text())
+        arch = ctx.reference_arch
+        if arch is None:
+            return None, "not run: no reference architecture given", []
         targets = ["q_proj", "k_proj", "v_proj", "o_proj"]
         ranks = [r for r in (4, 8, 16, 32, 64) if lora_parameter_count(arch, r, targets) == 3_211_264]
         return (
@@ -407,16 +416,7 @@ def evaluate(claims: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]
     return out
 
 
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, int):
-        return f"{v:,}"
-    if isinstance(v, float):
-        return f"{v:,.3f}" if abs(v) < 1 else f"{v:,.1f}"
-    return str(v)
+_fmt = fmt_num  # claims' texts: 3 decimals below 1, else 1
 
 
 def _fmt_claim(c: dict[str, Any]) -> str:
@@ -443,9 +443,15 @@ def load_claims(path: str | Path) -> list[dict[str, Any]]:
 
 
 def evaluate_file(
-    claims_path: str, summary_path: str, model_path: str, adapter_paths: list[str], out_path: str
+    claims_path: str,
+    summary_path: str,
+    model_path: str,
+    adapter_paths: list[str],
+    out_path: str,
+    reference_arch_path: str | None = None,
 ) -> list[dict[str, Any]]:
-    ctx = Context(read_json(summary_path), read_json(model_path), [read_json(p) for p in adapter_paths])
+    ref = read_json(reference_arch_path) if reference_arch_path else None
+    ctx = Context(read_json(summary_path), read_json(model_path), [read_json(p) for p in adapter_paths], ref)
     results = evaluate(load_claims(claims_path), ctx)
     counts = {v: sum(r["verdict"] == v for r in results) for v in VERDICTS}
     write_json(

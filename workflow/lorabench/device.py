@@ -17,12 +17,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from .resources import nvidia_smi
 
 
 class DeviceBusy(RuntimeError):
@@ -42,17 +42,8 @@ def devices(hardware: str) -> list[str]:
     sim = os.environ.get("LORABENCH_DEVICES")
     if sim:
         return [d.strip() for d in sim.split(",") if d.strip()]
-    if hardware != "gpu" or not shutil.which("nvidia-smi"):
-        return ["cpu"]
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
+    out = nvidia_smi("--query-gpu=index", "--format=csv,noheader") if hardware == "gpu" else None
+    if out is None:
         return ["cpu"]
     found = [line.strip() for line in out.splitlines() if line.strip()]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -90,23 +81,10 @@ def _ancestors_and_self() -> set[int]:
 
 def gpu_users(device: str) -> list[str]:
     """Processes nvidia-smi lists on one GPU, as 'pid name (MiB)'."""
-    if not device.isdigit() or not shutil.which("nvidia-smi") or os.environ.get("LORABENCH_DEVICES"):
+    if not device.isdigit() or os.environ.get("LORABENCH_DEVICES"):
         return []
-    try:
-        out = subprocess.run(
-            [
-                "nvidia-smi",
-                "-i",
-                device,
-                "--query-compute-apps=pid,process_name,used_memory",
-                "--format=csv,noheader,nounits",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
+    out = nvidia_smi("-i", device, "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits")
+    if out is None:
         return []
     users = []
     for line in out.strip().splitlines():

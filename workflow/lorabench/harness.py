@@ -107,15 +107,13 @@ def pin_self(cpus: tuple[int, ...] | None) -> None:
 
 def group_threads(pgid: int) -> dict[int, list[int]]:
     """Thread ids of every process in a process group, by process id (Linux /proc)."""
+    from .resources import group_pids
+
     out: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
+    for pid in group_pids(pgid):
         try:
-            if os.getpgid(int(d.name)) != pgid:
-                continue
-            out[int(d.name)] = [int(t.name) for t in (d / "task").iterdir()]
-        except (OSError, ProcessLookupError):
+            out[pid] = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
+        except OSError:
             continue
     return out
 

@@ -75,22 +75,30 @@ class LoadtestJob:
         return cls(**d)
 
 
-def _requests_for(
-    engine: Engine, spec: ServerSpec, rset: dict[str, Any], condition: str, burst: int, tag: str
+def requests_of(
+    engine: Engine, spec: ServerSpec, rset: dict[str, Any], adapters: list[str], tag: str, ids: list[str] | None = None
 ) -> list[CompletionRequest]:
-    rows = rset["sets"][set_key(condition, burst)]
+    """Requests of the request set's prompt and length, one per entry of ``adapters``, named for the server."""
+    ids = ids or [str(i) for i in range(len(adapters))]
     return [
         CompletionRequest(
-            request_id=f"{spec.server_id}/{tag}/{r['request_id']}",
-            adapter=r["adapter"],
-            model=engine.request_model(spec, r["adapter"]),
+            request_id=f"{spec.server_id}/{tag}/{rid}",
+            adapter=a,
+            model=engine.request_model(spec, a),
             prompt=rset["prompt"],
             max_tokens=int(rset["max_tokens"]),
             temperature=float(rset["temperature"]),
             ignore_eos=bool(rset["ignore_eos"]),
         )
-        for r in rows
+        for a, rid in zip(adapters, ids, strict=True)
     ]
+
+
+def _requests_for(
+    engine: Engine, spec: ServerSpec, rset: dict[str, Any], condition: str, burst: int, tag: str
+) -> list[CompletionRequest]:
+    rows = rset["sets"][set_key(condition, burst)]
+    return requests_of(engine, spec, rset, [r["adapter"] for r in rows], tag, [r["request_id"] for r in rows])
 
 
 def _median_ms(values: list[float]) -> float:
@@ -740,33 +748,22 @@ def job_from_rule(params: dict[str, Any], inputs: Any, out_dir: Path) -> Loadtes
     )
 
 
-def write_not_run(params: dict[str, Any], out_dir: Path, reason: str) -> None:
-    """Outputs of a server that cannot run here: empty tables and facts that say why, never made-up numbers."""
+def write_not_run(params: dict[str, Any], out_dir: Path, reason: str, runtime: bool = False) -> None:
+    """Outputs of a job that cannot run here (a server job, or with ``runtime`` a runtime-loading job): empty
+    tables and facts that say why, never made-up numbers."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("records.jsonl", "measurements.jsonl", "metrics.jsonl"):
+    tables = ("records.jsonl",) if runtime else ("records.jsonl", "measurements.jsonl", "metrics.jsonl")
+    for name in tables:
         write_jsonl(out_dir / name, [])
     (out_dir / "server.log").write_text(f"# {reason}\n")
-    write_json(
-        out_dir / "facts.json",
-        {
-            "server": params["server_id"],
-            "engine": params["engine"],
-            "engine_version": params["engine_version"],
-            "status": reason,
-            "config": {
-                k: params[k]
-                for k in (
-                    "lora",
-                    "max_loras",
-                    "max_cpu_loras",
-                    "max_lora_rank",
-                    "adapters",
-                    "conditions",
-                    "bursts",
-                    "args",
-                )
-            },
-            "machine": machine_facts(),
-        },
-    )
+    head = {"server": params["server_id"], "engine": params["engine"], "status": reason}
+    if runtime:
+        write_json(out_dir / "load.json", head)
+    else:
+        keys = ("lora", "max_loras", "max_cpu_loras", "max_lora_rank", "adapters", "conditions", "bursts", "args")
+        cfg = {k: params[k] for k in keys}
+        write_json(
+            out_dir / "facts.json",
+            {**head, "engine_version": params["engine_version"], "config": cfg, "machine": machine_facts()},
+        )
     log.info("%s: %s", params["server_id"], reason)

@@ -6,14 +6,13 @@ Reads only saved results (summary JSON, verdicts, manifests), so it rebuilds wit
 from __future__ import annotations
 
 import logging
-import math
 import statistics
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
-from . import plots, provenance
+from . import plots, provenance, stats
 from .io import read_json, write_json, write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -24,15 +23,7 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
 def fmt_num(v: Any, digits: int = 1) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, int):
-        return f"{v:,}"
-    if isinstance(v, float):
-        return f"{v:,.{digits}f}"
-    return str(v)
+    return stats.fmt_num(v, digits)
 
 
 def fmt_spread(r: dict[str, Any]) -> str:

@@ -10,23 +10,20 @@ from pathlib import Path
 from typing import Any
 
 
-def gpu_memory() -> list[dict[str, Any]] | None:
-    """Per-GPU used/total MiB from nvidia-smi, or None where there is no NVIDIA GPU."""
+def nvidia_smi(*args: str) -> str | None:
+    """What ``nvidia-smi ARGS`` prints, or None where there is no NVIDIA GPU (or the call fails)."""
     if not shutil.which("nvidia-smi"):
         return None
     try:
-        out = subprocess.run(
-            [
-                "nvidia-smi",
-                "--query-gpu=index,name,memory.used,memory.total,driver_version",
-                "--format=csv,noheader,nounits",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout
+        return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=10, check=True).stdout
     except (subprocess.SubprocessError, OSError):
+        return None
+
+
+def gpu_memory() -> list[dict[str, Any]] | None:
+    """Per-GPU used/total MiB from nvidia-smi, or None where there is no NVIDIA GPU."""
+    out = nvidia_smi("--query-gpu=index,name,memory.used,memory.total,driver_version", "--format=csv,noheader,nounits")
+    if out is None:
         return None
     rows = []
     for line in out.strip().splitlines():
@@ -35,21 +32,30 @@ def gpu_memory() -> list[dict[str, Any]] | None:
     return rows
 
 
+def group_pids(pgid: int) -> list[int]:
+    """Live processes of a process group (Linux /proc)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if os.getpgid(int(d.name)) == pgid:
+                    pids.append(int(d.name))
+            except (OSError, ProcessLookupError):
+                continue
+    return pids
+
+
 def group_rss_mib(pgid: int) -> float | None:
     """Resident memory of every process in a process group, in MiB (Linux /proc)."""
     total = 0
     found = False
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
+    for pid in group_pids(pgid):
         try:
-            if os.getpgid(int(d.name)) != pgid:
-                continue
-            for line in (d / "status").read_text().splitlines():
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1])
                     found = True
-        except (OSError, ProcessLookupError, ValueError):
+        except (OSError, ValueError):
             continue
     return total / 1024 if found else None
 

@@ -26,7 +26,18 @@ from .engines.base import adapter_path_allowed
 from .harness import CpuPlan
 from .io import write_json, write_jsonl
 from .loadgen.client import CompletionRequest, RequestRecord, make_session, run_burst
-from .loadtest import AdapterIgnored, LoadtestJob, canary, engine_server, job_cpus, job_hardware, ready_server
+from .loadtest import (
+    AdapterIgnored,
+    LoadtestJob,
+    _median_ms,
+    canary,
+    engine_server,
+    job_cpus,
+    job_hardware,
+    ready_server,
+    requests_of,
+    write_not_run,
+)
 from .resources import machine_facts
 from .server import ManagedServer, ServerStartError, terminate_on_signals
 
@@ -47,23 +58,11 @@ async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) 
 def _reqs(
     engine: Engine, spec: ServerSpec, adapter: str, n: int, tag: str, rset: dict[str, Any]
 ) -> list[CompletionRequest]:
-    return [
-        CompletionRequest(
-            f"{spec.server_id}/{tag}/{i}",
-            adapter,
-            engine.request_model(spec, adapter),
-            rset["prompt"],
-            int(rset["max_tokens"]),
-            float(rset["temperature"]),
-            bool(rset["ignore_eos"]),
-        )
-        for i in range(n)
-    ]
+    return requests_of(engine, spec, rset, [adapter] * n, tag)
 
 
 def _med_ms(recs: list[RequestRecord], attr: str) -> float:
-    vals = [getattr(r, attr) for r in recs if r.ok]
-    return 1000 * statistics.median(vals) if vals else float("nan")
+    return _median_ms([getattr(r, attr) for r in recs if r.ok])
 
 
 async def load_adapter(
@@ -257,7 +256,4 @@ def run_runtime_load(job: LoadtestJob, rl: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_runtime_not_run(params: dict[str, Any], out_dir: Path, reason: str) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_jsonl(out_dir / "records.jsonl", [])
-    (out_dir / "server.log").write_text(f"# {reason}\n")
-    write_json(out_dir / "load.json", {"status": reason, "server": params["server_id"], "engine": params["engine"]})
+    write_not_run(params, out_dir, reason, runtime=True)

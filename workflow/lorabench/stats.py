@@ -33,11 +33,20 @@ class Summary:
     def as_dict(self, prefix: str) -> dict[str, Any]:
         return {f"{prefix}_{k}": v for k, v in asdict(self).items()}
 
-    def fmt(self, digits: int = 0) -> str:
-        if self.n == 0:
-            return "n/a"
-        f = f"{{:,.{digits}f}}"
-        return f"{f.format(self.median)} [{f.format(self.min)}-{f.format(self.max)}] n={self.n}"
+
+def fmt_num(v: Any, digits: int | None = None) -> str:
+    """A figure for people: thousands separators, ``digits`` decimals (by default 3 below 1, else 1), "-" for a
+    missing or NaN value, yes/no for booleans. The report and the claims' texts both use it."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        d = digits if digits is not None else (3 if abs(v) < 1 else 1)
+        return f"{v:,.{d}f}"
+    return str(v)
 
 
 def first_stands_out(values_in_time_order: list[float], min_pct: float = 3.0) -> tuple[bool, float]:

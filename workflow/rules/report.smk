@@ -27,7 +27,9 @@ rule claims_evaluate:
         adapters=expand(
             "results/adapters/{adapter}.json", adapter=sorted(config["adapters"])
         ),
-        code=code("claims"),
+        # the source's architecture, for claims about its adapter sizes
+        reference_arch="config/models/qwen3-1.7b.json",
+        code=code("claims", "stats", "adapters"),
     output:
         verdicts="results/claims/verdicts.json",
     log:
@@ -46,7 +48,7 @@ rule report_render:
         ),
         envs=expand("results/envs/{engine}.json", engine=sorted(config["engines"])),
         templates=sorted(str(p) for p in Path("report/templates").glob("*")),
-        code=code("report", "plots", "provenance"),
+        code=code("report", "plots", "provenance", "stats"),
     output:
         html="results/report/index.html",
         provenance="results/report/provenance.json",

@@ -5,4 +5,11 @@ from lorabench.io import setup_job_logging
 
 setup_job_logging(snakemake.log[0])  # noqa: F821
 sm = snakemake  # noqa: F821
-evaluate_file(sm.input.claims, sm.input.summary, sm.input.model, list(sm.input.adapters), sm.output.verdicts)
+evaluate_file(
+    sm.input.claims,
+    sm.input.summary,
+    sm.input.model,
+    list(sm.input.adapters),
+    sm.output.verdicts,
+    sm.input.reference_arch,
+)

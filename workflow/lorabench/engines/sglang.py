@@ -80,16 +80,21 @@ class SGLang(Engine):
             raise ValueError(f"servers.{spec.server_id}: served name may not contain ':' (SGLang adapter syntax)")
 
     def parse_log(self, text: str) -> dict[str, Any]:
-        bs_list = re.search(r"Capture cuda graph bs \[([\d, ]+)\]", text)
+        # 0.5.17 on an H200 (tests/engines/sglang_h200_log_lines.txt): "KV Cache is allocated. dtype: ...,
+        # #tokens: N", "Capture target decode CUDA graph begin. ... bs=[1, 2, ...]", "... end. elapsed=2.10 s";
+        # older 0.5 releases wrote "#tokens:" right after "allocated." and "Capture cuda graph bs [...]".
+        bs_list = re.search(r"Capture (?:target decode CUDA graph begin\..*?bs=|cuda graph bs )\[([\d, ]+)\]", text)
+        capture = [float(x) for x in re.findall(r"Capture target \w+ CUDA graph end\. elapsed=([\d.]+) s", text)]
         queue = [int(x) for x in re.findall(r"#queue-req: (\d+)", text)]
         running = [int(x) for x in re.findall(r"#running-req: (\d+)", text)]
         return {
             "engine_version": first_match(r"sglang[ =](\d+\.\d+\.\d+\S*)", text),
-            "kv_cache_tokens": first_match(r"KV Cache is allocated\. #tokens: ([\d,]+)", text, int),
+            "kv_cache_tokens": first_match(r"KV Cache is allocated\.[^\n]*?#tokens: ([\d,]+)", text, int),
             "attention_backend": first_match(r"attention_backend='([^']+)'", text),
             "lora_backend": first_match(r"lora_backend='([^']+)'", text),
             "cuda_graph_captures": len(bs_list.group(1).split(",")) if bs_list else None,
-            "graph_capture_s": first_match(r"Capture cuda graph end\. Time elapsed: ([\d.]+) s", text, float),
+            "graph_capture_s": (sum(capture) if capture else None)
+            or first_match(r"Capture cuda graph end\. Time elapsed: ([\d.]+) s", text, float),
             "max_queue_reqs_logged": max(queue) if queue else None,
             "max_running_reqs_logged": max(running) if running else None,
         }
