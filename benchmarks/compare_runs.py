@@ -1,0 +1,52 @@
+"""Do two runs of the same study agree? For every row, the ratio to the baseline in each run and the span its
+repetitions allow (row min over baseline max to row max over baseline min); two runs agree on a row when the
+spans overlap. Prints one line per row, then whether every row agrees, the worst spread of each run and the
+largest difference between the two medians.
+
+usage: .venv/bin/python benchmarks/compare_runs.py RUN1/summary.csv RUN2/summary.csv
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pandas as pd
+
+
+def spans(df: pd.DataFrame) -> pd.DataFrame:
+    df = df[df["status"] == "ok"].set_index(["server", "condition", "burst"])
+    base = df[df["baseline"].astype(str) != ""]
+    b = base["baseline"].iloc[0].split("/")
+    ref = df.xs((b[0], b[1]), level=("server", "condition"))
+    out = df[["ratio_to_baseline_pct", "throughput_spread_pct"]].copy()
+    out["lo"] = [100 * (r.throughput_min / ref.loc[k[2]].throughput_max - 1) for k, r in df.iterrows()]
+    out["hi"] = [100 * (r.throughput_max / ref.loc[k[2]].throughput_min - 1) for k, r in df.iterrows()]
+    return out
+
+
+def main(a_path: str, b_path: str) -> int:
+    a, b = spans(pd.read_csv(a_path)), spans(pd.read_csv(b_path))
+    agree_all = True
+    print(f"{'server':<10} {'condition':<9} {'burst':>5}  {'run 1 ratio [span]':<24} {'run 2 ratio [span]':<24} agree")
+    for k in a.index.intersection(b.index):
+        ra, rb = a.loc[k], b.loc[k]
+        agree = not (ra.hi < rb.lo or rb.hi < ra.lo)
+        agree_all &= agree
+        print(
+            f"{k[0]:<10} {k[1]:<9} {k[2]:>5}  {ra.ratio_to_baseline_pct:+6.1f}% [{ra.lo:+.1f}, {ra.hi:+.1f}]".ljust(48)
+            + f" {rb.ratio_to_baseline_pct:+6.1f}% [{rb.lo:+.1f}, {rb.hi:+.1f}]".ljust(25)
+            + f" {'yes' if agree else 'NO'}"
+        )
+    diff = (a.ratio_to_baseline_pct - b.ratio_to_baseline_pct).abs().max()
+    print(
+        f"\nevery row agrees: {'yes' if agree_all else 'no'}; worst spread "
+        f"run 1 ±{a.throughput_spread_pct.max():.1f} %, run 2 ±{b.throughput_spread_pct.max():.1f} %; "
+        f"largest difference of the medians {diff:.1f} points"
+    )
+    return 0 if agree_all else 1
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        raise SystemExit(__doc__)
+    raise SystemExit(main(sys.argv[1], sys.argv[2]))
