@@ -21,6 +21,11 @@ BROWSER := /usr/bin/chromium
 $(BROWSER):
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
 
+# A single-node SLURM cluster for the SLURM test (Debian packages; started and stopped by tests/test_slurm.py).
+SLURM := /usr/sbin/slurmctld
+$(SLURM):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null
+
 setup: $(STAMP)
 
 study: $(STAMP)
@@ -33,7 +38,7 @@ lint: $(STAMP)
 	$(BIN)/python tools/snakemake_lint.py
 	$(BIN)/mypy
 
-test: lint $(BROWSER)
+test: lint $(BROWSER) $(SLURM)
 	$(BIN)/pytest -v --durations=15
 
 # No real servers (tests marked slow are left out): for a quick check while editing. CI runs `make test`.

@@ -23,6 +23,18 @@ configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"
+
+
+# Light jobs never go to a cluster's queue (profiles/slurm submits the rest).
+localrules:
+    all,
+    workload_requests,
+    summary_aggregate,
+    claims_evaluate,
+    report_render,
+    bundle_archive,
+
+
 include: "workflow/rules/artifacts.smk"
 include: "workflow/rules/engines.smk"
 include: "workflow/rules/measure.smk"

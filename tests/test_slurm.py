@@ -1,0 +1,153 @@
+"""The default CPU study submitted to a real single-node SLURM cluster through snakemake-executor-plugin-slurm
+(profiles/slurm), end to end to the report. The cluster (munged, slurmctld, slurmd from Debian's slurm-wlm and
+munge, which `make test` installs) is started here on localhost with a partition whose node has two GPU gres
+backed by dummy device files, and no accounting: job states come from squeue (MinJobAge keeps finished jobs).
+Its config goes where SLURM's tools look by default (/etc/slurm): the executor plugin clears SLURM_* variables,
+SLURM_CONF among them, before its job steps call srun. A config there that this test did not write stops it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lorabench.io import read_json
+
+from .test_pipeline_e2e import ENV_ROOT, copy_repo
+
+pytestmark = pytest.mark.slow
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+DAEMONS = ("munged", "slurmctld", "slurmd")
+
+
+ETC = Path("/etc/slurm")
+MARK = "# written by lorabench tests/test_slurm.py"
+
+
+def _conf(d: Path) -> Path:
+    host = socket.gethostname().split(".")[0]
+    ETC.mkdir(parents=True, exist_ok=True)
+    if (ETC / "slurm.conf").exists() and MARK not in (ETC / "slurm.conf").read_text():
+        pytest.fail(f"{ETC / 'slurm.conf'} exists and is not this test's: not overwriting a real cluster's config")
+    for sub in ("state", "spool", "log", "dev"):
+        (d / sub).mkdir(exist_ok=True)
+    for i in (0, 1):
+        dev = d / "dev" / f"gpu{i}"
+        if not dev.exists():
+            os.mknod(dev, 0o666 | 0o020000, os.makedev(1, 3))  # a character device, as gres.conf wants
+    (ETC / "gres.conf").write_text(f"{MARK}\nNodeName={host} Name=gpu File={d}/dev/gpu[0-1]\n")
+    (ETC / "cgroup.conf").write_text(f"{MARK}\nCgroupPlugin=cgroup/v1\nCgroupAutomount=no\n")
+    conf = ETC / "slurm.conf"
+    conf.write_text(
+        "\n".join(
+            [
+                MARK,
+                "ClusterName=lorabench-test",
+                f"SlurmctldHost={host}",
+                "SlurmctldPort=6917",
+                "SlurmdPort=6918",
+                "SlurmUser=root",
+                "SlurmdUser=root",
+                "AuthType=auth/munge",
+                f"StateSaveLocation={d}/state",
+                f"SlurmdSpoolDir={d}/spool",
+                f"SlurmctldPidFile={d}/slurmctld.pid",
+                f"SlurmdPidFile={d}/slurmd.pid",
+                f"SlurmctldLogFile={d}/log/slurmctld.log",
+                f"SlurmdLogFile={d}/log/slurmd.log",
+                "ProctrackType=proctrack/linuxproc",
+                "TaskPlugin=task/none",
+                "SchedulerType=sched/builtin",
+                "SelectType=select/cons_tres",
+                "SelectTypeParameters=CR_Core",
+                "ReturnToService=2",
+                "MinJobAge=600",
+                "GresTypes=gpu",
+                "JobAcctGatherType=jobacct_gather/none",
+                "AccountingStorageType=accounting_storage/none",
+                "MpiDefault=none",
+                f"NodeName={host} CPUs={os.cpu_count()} RealMemory=16000 Gres=gpu:2 State=UNKNOWN",
+                f"PartitionName=main Nodes={host} Default=YES MaxTime=INFINITE State=UP",
+                "",
+            ]
+        )
+    )
+    return conf
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    missing = [d for d in DAEMONS if not shutil.which(d)]
+    assert not missing, f"{missing} not installed: `make test` installs Debian's slurm-wlm and munge"
+    d = tmp_path_factory.mktemp("slurm")
+    env = {**os.environ, "SLURM_CONF": str(_conf(d))}
+    key = Path("/etc/munge/munge.key")
+    if not key.exists():
+        key.parent.mkdir(parents=True, exist_ok=True)
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        shutil.chown(key, "munge", "munge")
+    if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode != 0:
+        for p in ("/run/munge", "/var/log/munge", "/var/lib/munge"):
+            Path(p).mkdir(parents=True, exist_ok=True)
+            shutil.chown(p, "munge", "munge")
+        subprocess.run(["sudo", "-u", "munge", "munged"] if shutil.which("sudo") else ["munged", "--force"], check=True)
+    subprocess.run(["slurmctld"], env=env, check=True)
+    subprocess.run(["slurmd"], env=env, check=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        out = subprocess.run(["sinfo", "-h", "-o", "%t"], env=env, capture_output=True, text=True).stdout
+        if out.strip() in ("idle", "mix", "alloc"):
+            break
+        time.sleep(1)
+    else:
+        raise AssertionError(f"SLURM node never idle: {out!r}; logs in {d}/log")
+    yield env
+    subprocess.run(["scancel", "--user", "root"], env=env, capture_output=True)
+    for pidfile in ("slurmd.pid", "slurmctld.pid"):
+        p = d / pidfile
+        if p.exists():
+            subprocess.run(["kill", p.read_text().strip()], capture_output=True)
+    time.sleep(2)
+    for name in ("slurm.conf", "gres.conf", "cgroup.conf"):
+        f = ETC / name
+        if f.exists() and MARK in f.read_text():
+            f.unlink()
+
+
+def test_gpu_gres_is_handed_to_jobs(cluster):
+    out = subprocess.run(
+        ["srun", "-N1", "--gres=gpu:1", "bash", "-c", "echo CUDA=$CUDA_VISIBLE_DEVICES"],
+        env=cluster, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0 and "CUDA=0" in out.stdout, out.stderr
+
+
+def test_default_study_through_slurm_to_the_report(cluster, tmp_path: Path):
+    work = copy_repo(tmp_path / "w")
+    proc = subprocess.run(
+        # The default study's servers, conditions and bursts, with fewer repetitions (the default study itself is
+        # measured by the end-to-end test; here what matters is that every job goes through the cluster).
+        [SNAKEMAKE, "--workflow-profile", "profiles/slurm", "--config", f"env_root={ENV_ROOT}", "server_starts=1",
+         "repetitions=3", "max_repetitions=3", "min_measurement_s=0.2"],
+        cwd=work, env=cluster, capture_output=True, text=True, timeout=1500,
+    )  # fmt: skip
+    table = subprocess.run(
+        ["squeue", "--states=all", "-h", "-o", "%i %j %T %M %R"], env=cluster, capture_output=True, text=True
+    ).stdout
+    (work / "logs").mkdir(exist_ok=True)
+    (work / "logs" / "slurm-jobs.txt").write_text(table)
+    print("SLURM jobs of the run:\n" + table)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = read_json(work / "results/summary/summary.json")
+    measured = [r for r in summary["rows"] if r["status"] == "ok"]
+    assert len(measured) == 22 and all(r["throughput_median"] > 0 for r in measured)
+    assert (work / "results/report/index.html").exists() and (work / "results/bundle/cpu-default.tar.gz").exists()
+    # The server jobs went to the cluster (the light ones ran locally), and finished there.
+    assert table.count("COMPLETED") >= 5, table
