@@ -43,13 +43,15 @@ def settings(raw: dict[str, Any] | None) -> dict[str, str]:
 
 @contextlib.contextmanager
 def quiet_gc(mode: str = "freeze") -> Iterator[None]:
-    """No garbage collection inside the block: everything alive is collected first, then frozen (moved out of
-    the collector's generations), and the collector is off until the block ends."""
+    """No garbage collection inside the block: garbage is collected first, what is alive is frozen (moved out of
+    the collector's generations for good), and the collector is off until the block ends."""
     if mode != "freeze":
         yield
         return
     was_enabled = gc.isenabled()
     gc.collect()
+    # Frozen objects stay frozen: a job's records live until it ends, and later collections then scan only what
+    # is new instead of everything measured so far.
     gc.freeze()
     gc.disable()
     try:
@@ -57,7 +59,6 @@ def quiet_gc(mode: str = "freeze") -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-        gc.unfreeze()
 
 
 @dataclass(frozen=True)
