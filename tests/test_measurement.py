@@ -207,3 +207,35 @@ def test_adaptive_repetitions_stop_at_target_or_maximum(url):
     assert len(loose) == 6  # the first count with a true 95 % interval
     assert len(tight) == 7  # never within target: stops at the maximum
     assert [r["rep"] for r in tight] == list(range(7))
+
+
+def test_a_cell_that_keeps_failing_still_stops_at_the_maximum():
+    proc, port = start_in_process(fault="http500", fault_all=True)
+    try:
+
+        async def run():
+            async with make_session(4) as s:
+                spec = dataclasses.replace(SPEC, lora=False, adapters={})
+                job = _measurer_job(repetitions=2, max_repetitions=4, target_ci_pct=1000.0)
+                m = Measurer(job, get_engine("vllm"), spec, f"http://127.0.0.1:{port}", RSET, s)
+                m.warm_up = _none  # type: ignore[method-assign]
+                await m.run()
+                return [r for r in m.measurements if not r["warmup"]]
+
+        async def _none():
+            return None
+
+        import lorabench.loadtest as lt
+
+        async def no_probe(*a, **k):
+            return {}
+
+        real = lt._probe
+        lt._probe = no_probe
+        try:
+            rows = asyncio.run(run())
+        finally:
+            lt._probe = real
+    finally:
+        proc.kill()
+    assert len(rows) == 4 and all(r["n_errors"] == r["n_requests"] for r in rows)

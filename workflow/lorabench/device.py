@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .resources import nvidia_smi
+from .resources import nvidia_smi, proc_stat
 
 
 class DeviceBusy(RuntimeError):
@@ -70,11 +70,10 @@ def _ancestors_and_self() -> set[int]:
     out = {os.getpid()}
     pid = os.getpid()
     while pid > 1:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            pid = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+        stat = proc_stat(pid)
+        if stat is None:
             break
+        pid = int(stat[1])
         out.add(pid)
     return out
 

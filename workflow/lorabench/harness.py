@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .resources import group_pids
+
 GC_MODES = ("freeze", "on")
 METRICS_MODES = ("between", "during", "off")
 PIN_MODES = ("auto", "off")
@@ -108,8 +110,6 @@ def pin_self(cpus: tuple[int, ...] | None) -> None:
 
 def group_threads(pgid: int) -> dict[int, list[int]]:
     """Thread ids of every process in a process group, by process id (Linux /proc)."""
-    from .resources import group_pids
-
     out: dict[int, list[int]] = {}
     for pid in group_pids(pgid):
         try:

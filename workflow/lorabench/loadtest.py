@@ -102,8 +102,7 @@ def _requests_for(
 
 
 def _median_ms(values: list[float]) -> float:
-    vals = [v for v in values if v is not None and not math.isnan(v)]
-    return 1000.0 * statistics.median(vals) if vals else float("nan")
+    return _pct_ms(values, 50)
 
 
 def _pct_ms(values: list[float], q: float) -> float:
@@ -402,12 +401,14 @@ class Measurer:
             self.gpu_peak[g["index"]] = max(self.gpu_peak.get(g["index"], 0), g["used_mib"])
         return row
 
-    def _pending(self, values: dict[tuple[str, int], list[float]]) -> list[tuple[str, int]]:
+    def _pending(self) -> list[tuple[str, int]]:
+        """Cells that get another round: not within target yet and fewer measurements than the maximum (counted
+        with the measurements that had errors, so a cell that keeps failing still stops)."""
         job = self.job
         return [
             key
-            for key, vals in sorted(values.items())
-            if len(vals) < job.max_repetitions and not reached_target(vals, job.target_ci_pct, job.repetitions)
+            for key, vals in sorted(self.values.items())
+            if self.reps[key] < job.max_repetitions and not reached_target(vals, job.target_ci_pct, job.repetitions)
         ]
 
     async def run(self, starts: int = 1) -> dict[str, Any]:
@@ -433,9 +434,7 @@ class Measurer:
             if self.instance < starts - 1:
                 break
             extra_round += 1
-            plan = measurement_plan_extra(
-                self._pending(self.values), self.reps, self.done, job.shuffle_seed + extra_round
-            )
+            plan = measurement_plan_extra(self._pending(), self.reps, self.done, job.shuffle_seed + extra_round)
             if plan:
                 log.info("%d cells not yet within ±%.1f%%: one more repetition each", len(plan), job.target_ci_pct)
         probes = await _probe(self.session, self.base_url, self.engine, self.spec)

@@ -32,6 +32,14 @@ def gpu_memory() -> list[dict[str, Any]] | None:
     return rows
 
 
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state, ppid, pgrp, ...), or None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def group_pids(pgid: int) -> list[int]:
     """Live processes of a process group (Linux /proc)."""
     pids = []

@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
+from .resources import proc_stat
+
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
@@ -116,21 +118,20 @@ def snakemake_ancestor() -> int | None:
     while pid > 1:
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            if b"snakemake" in cmd and b".snakemake/scripts" not in cmd:
-                return pid
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            pid = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+        except OSError:
             return None
+        if b"snakemake" in cmd and b".snakemake/scripts" not in cmd:
+            return pid
+        stat = proc_stat(pid)
+        if stat is None:
+            return None
+        pid = int(stat[1])
     return None
 
 
 def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
+    stat = proc_stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X")
 
 
 def _watch(pid: int, stop: threading.Event, interval_s: float) -> None:
