@@ -7,7 +7,10 @@
 #   bash tools/device_stretch.sh status                               steps so far, last lines of the current one
 #   bash tools/device_stretch.sh pack OUTDIR                          results (no weights) + logs into OUTDIR
 #   bash tools/device_stretch.sh wait SECONDS                         poll until the driver stops or SECONDS pass
-# Needs the engine kits staged (/tmp/vllm-site, /tmp/sglang-site) and .whl-snake carried in the start call.
+# ENGINES="vllm" (engine ids of the config) restricts the stretch to those engines' server and runtime-loading
+# jobs; the report is then rebuilt from the saved jobs (tools/rebuild_study.py) instead of on the device.
+# Needs the kits of those engines staged (/tmp/vllm-site, /tmp/sglang-site) and the Snakemake wheels either
+# installed in /tmp/site or carried as .whl-snake in the start call.
 set -u
 S=/tmp/stretch
 W=$S/w
@@ -28,13 +31,18 @@ case "${1:-}" in
     step() { echo "STEP $* $(date +%T)" | tee -a "$S/steps.log"; }
     SMK=(python3 -m snakemake --cores 1 --scheduler greedy --rerun-incomplete --configfile "$cfg" --replace-workflow-config)
     step install-snakemake
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl-snake/*.whl || { step FAILED pip; exit 5; }
+    if ! PYTHONPATH=/tmp/site python3 -c "import snakemake" 2>/dev/null; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl-snake/*.whl || { step FAILED pip; exit 5; }
+    fi
     step restore "$sdir"
     python3 tools/study_results.py restore "$sdir" results "$cfg" | tail -8
-    step wait-kits
-    for i in $(seq 1 60); do [ -f /tmp/vllm-site/.kit-ready ] && [ -f /tmp/sglang-site/.kit-ready ] && break; sleep 5; done
+    engines=${ENGINES:-$(python3 -c "import yaml;print(' '.join(yaml.safe_load(open('$cfg'))['engines']))")}
+    step wait-kits $engines
+    for i in $(seq 1 60); do
+      ok=1; for e in $engines; do [ -f /tmp/$e-site/.kit-ready ] || ok=0; done
+      [ $ok = 1 ] && break; sleep 5
+    done
     step prepare
-    engines=$(python3 -c "import yaml;print(' '.join(yaml.safe_load(open('$cfg'))['engines']))")
     adapters=$(python3 -c "import yaml;print(' '.join('results/adapters/%s.json'%a for a in yaml.safe_load(open('$cfg'))['adapters']))")
     "${SMK[@]}" results/model/manifest.json results/workload/requests.json $adapters \
       $(for e in $engines; do echo results/envs/$e.json; done) > "$S/prepare.log" 2>&1 || { step FAILED prepare; tail -5 "$S/prepare.log"; exit 6; }
@@ -45,13 +53,17 @@ case "${1:-}" in
           --min-s 1.5 --json "$S/stability-$srv.json" > "$S/stability-$srv.log" 2>&1 || step FAILED stability "$srv"
       done
     fi
-    order=$(python3 -c "import yaml;c=yaml.safe_load(open('$cfg'));s=c['servers'];print(' '.join('results/servers/%s/facts.json'%k for k in sorted(s,key=lambda k:(s[k]['engine']!='sglang',k))))")
-    for t in $order; do
+    sel="import yaml;c=yaml.safe_load(open('$cfg'));s=c['servers'];e='$engines'.split()"
+    order=$(python3 -c "$sel;print(' '.join('results/servers/%s/facts.json'%k for k in sorted(s,key=lambda k:(s[k]['engine']!='sglang',k)) if s[k]['engine'] in e))")
+    rl=$(python3 -c "$sel;r=(c.get('runtime_load') or {}).get('server') or [];r=[r] if isinstance(r,str) else r;print(' '.join('results/runtime_load/%s/load.json'%k for k in r if s[k]['engine'] in e))")
+    for t in $order $rl; do
       step server "$t"
       "${SMK[@]}" "$t" --rerun-triggers params input code software-env >> "$S/study.log" 2>&1 || step FAILED "$t"
     done
-    step study-rest
-    "${SMK[@]}" --rerun-triggers params input code software-env >> "$S/study.log" 2>&1 || step FAILED study-rest
+    if [ -z "${ENGINES:-}" ]; then
+      step study-rest
+      "${SMK[@]}" --rerun-triggers params input code software-env >> "$S/study.log" 2>&1 || step FAILED study-rest
+    fi
     step DONE
     ;;
   status)

@@ -103,3 +103,28 @@ def test_log_facts_from_real_gpu_lines():
     assert facts["kv_cache_tokens"] and facts["kv_cache_tokens"] > 100_000
     assert facts["cuda_graph_captures"] and facts["cuda_graph_captures"] > 0
     assert facts["attention_backend"]
+
+
+MISS_LINES = Path(__file__).with_name("vllm_gpu_compile_miss_lines.txt").read_text()
+# The line vLLM's backends.py logs when the graphs come from the cache (its format string, filled in).
+HIT_LINE = (
+    "(EngineCore pid=7001) INFO 12-01 09:40:02 [backends.py:292] Directly load the compiled graph(s) for compile"
+    " range (1, 8192) from the cache, took 1.254 s\n"
+)
+
+
+def test_compile_cache_miss_and_hit_from_log():
+    eng = get_engine("vllm")
+    miss = eng.parse_log(MISS_LINES)
+    assert miss["compile_cache"] == "miss" and miss["compile_s"] == 22.55 and miss["torch_compile_s"] == 44.39
+    assert miss["compile_cache_dir"].endswith("/backbone")
+    hit = eng.parse_log(HIT_LINE + "(EngineCore pid=7001) INFO [monitor.py:53] torch.compile took 14.1 s in total\n")
+    assert hit["compile_cache"] == "hit" and hit["compile_cache_load_s"] == 1.254 and hit["compile_s"] is None
+    assert eng.parse_log("no compilation here")["compile_cache"] is None
+
+
+def test_compile_cache_folder_or_off_in_the_environment(tmp_path: Path):
+    eng = get_engine("vllm")
+    assert eng.compile_cache_env(str(tmp_path)) == {"VLLM_CACHE_ROOT": str(tmp_path.resolve())}
+    assert eng.compile_cache_env("off") == {"VLLM_DISABLE_COMPILE_CACHE": "1"}
+    assert eng.compile_cache_env("") == {}

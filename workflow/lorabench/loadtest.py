@@ -506,6 +506,7 @@ def engine_server(
     env = {**engine.environment(spec), **(engine.cpu_threads_env(cpus.engine_threads) if cpus.engine_threads else {})}
     env.update(lease.env if lease else {})
     env.update(engine.api_key_env(api_key) if api_key else {})
+    env.update(engine.compile_cache_env(spec.compile_cache))
     return ManagedServer(
         engine.command(spec, host, port) + (engine.api_key_args(api_key) if api_key else []),
         {**env, **spec.env},
@@ -718,6 +719,7 @@ def job_from_rule(params: dict[str, Any], inputs: Any, out_dir: Path) -> Loadtes
         "max_lora_rank": params["max_lora_rank"],
         "runtime_lora": params["runtime_lora"],
         "args": params["args"],
+        "compile_cache": params.get("compile_cache") or "",
     }
     extra = {"all_adapter_paths": adapter_paths, "engine_id": params["engine_id"]}
     return LoadtestJob(

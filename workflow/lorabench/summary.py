@@ -267,6 +267,8 @@ def aggregate(
                 "cuda_graph_captures": lg.get("cuda_graph_captures"),
                 "attention_backend": lg.get("attention_backend"),
                 "torch_compile_s": lg.get("torch_compile_s"),
+                "compile_cache": lg.get("compile_cache"),
+                "readiness_starts_s": ";".join(f"{x:.1f}" for x in f.get("readiness_starts_s") or []) or None,
                 "engine_init_s": lg.get("engine_init_s"),
                 "gpu_mem_ready_mib": gpu_used(f, "gpu_memory_ready_mib"),
                 "gpu_mem_peak_mib": sum((probes.get("gpu_memory_peak_mib") or {}).values()) or None,

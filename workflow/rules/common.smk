@@ -125,6 +125,9 @@ def server_job(server, runtime=False):
             "max_lora_rank": srv.get("max_lora_rank"),
             "runtime_lora": runtime,
             "args": srv.get("args", {}),
+            "compile_cache": (
+                f"results/cache/{srv['engine']}" if config["compile_cache"] else "off"
+            ),
             "env": {**eng.get("env", {}), **srv.get("env", {})},
             "conditions": srv["conditions"],
             "bursts": sorted(config["bursts"]),

@@ -28,6 +28,9 @@ class ServerSpec:
     max_lora_rank: int | None = None
     runtime_lora: bool = False  # allow runtime load/unload
     args: dict[str, Any] = field(default_factory=dict)  # further engine flags, key without leading dashes
+    # Compilation cache: a folder shared by the servers of a study, "off" to disable the engine's cache, or ""
+    # for the engine's default place.
+    compile_cache: str = ""
 
 
 def _flag(key: str) -> str:
@@ -73,6 +76,10 @@ class Engine(ABC):
 
     def environment(self, spec: ServerSpec) -> dict[str, str]:
         """Environment variables the engine needs on top of the spec's own."""
+        return {}
+
+    def compile_cache_env(self, cache: str) -> dict[str, str]:
+        """Environment that puts the engine's compilation cache in the folder ``cache`` ("off": disabled)."""
         return {}
 
     def lora_sets(self, sample: dict[str, Any]) -> tuple[str, str] | None:

@@ -9,6 +9,7 @@ Runtime loading needs ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` and uses ``/v1/l
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from ..harness import cpu_list
@@ -74,6 +75,13 @@ class VLLM(Engine):
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         return env
 
+    def compile_cache_env(self, cache: str) -> dict[str, str]:
+        # vLLM keys its torch.compile artifacts by a hash of the model, its config and the compiler (torch_compile
+        # _cache/HASH below VLLM_CACHE_ROOT): servers of one study share the artifacts of equal configurations.
+        if cache == "off":
+            return {"VLLM_DISABLE_COMPILE_CACHE": "1"}
+        return {"VLLM_CACHE_ROOT": str(Path(cache).resolve())} if cache else {}
+
     def api_key_env(self, key: str) -> dict[str, str]:
         return {"VLLM_API_KEY": key}  # read by vLLM's API server when --api-key is not given
 
@@ -122,6 +130,14 @@ class VLLM(Engine):
             ),
             "device": first_match(r"device_config=(\w+)", text),
         }
+        # torch.compile: artifacts loaded from the cache ("Directly load the compiled graph(s) ... took X s"), or
+        # compiled and stored ("Compiling a graph for compile range ... takes X s" after "Cache the graph ...").
+        loads = [float(x) for x in re.findall(r"Directly load the compiled graph\(s\)[^\n]*? took ([\d.]+) s", text)]
+        compiles = [float(x) for x in re.findall(r"Compiling a graph for [^\n]*? takes ([\d.]+) s", text)]
+        facts["compile_cache"] = "hit" if loads and not compiles else "miss" if compiles else None
+        facts["compile_cache_load_s"] = sum(loads) if loads else None
+        facts["compile_s"] = sum(compiles) if compiles else None
+        facts["compile_cache_dir"] = first_match(r"Using cache directory: (\S+) for vLLM's torch\.compile", text)
         # Each "Capturing CUDA graphs (mode, kind)" progress bar ends at N/N: the captures are the sum of the N.
         bars: dict[str, int] = {}
         for m in re.finditer(r"Capturing CUDA graphs \(([^)]*)\)[^\n\r]*?(\d+)/(\d+)", text):
