@@ -54,9 +54,16 @@ case "${1:-}" in
       done
     fi
     sel="import yaml;c=yaml.safe_load(open('$cfg'));s=c['servers'];e='$engines'.split()"
-    order=$(python3 -c "$sel;print(' '.join('results/servers/%s/facts.json'%k for k in sorted(s,key=lambda k:(s[k]['engine']!='sglang',k)) if s[k]['engine'] in e))")
-    rl=$(python3 -c "$sel;r=(c.get('runtime_load') or {}).get('server') or [];r=[r] if isinstance(r,str) else r;print(' '.join('results/runtime_load/%s/load.json'%k for k in r if s[k]['engine'] in e))")
-    for t in $order $rl; do
+    # Per engine: LoRA off, then by slot count; a runtime-loading job right after the server it copies.
+    order=$(python3 -c "$sel
+r=(c.get('runtime_load') or {}).get('server') or []; r=[r] if isinstance(r,str) else r
+out=[]
+for k in sorted(s,key=lambda k:(s[k]['engine']!='sglang',s[k]['lora'],s[k].get('max_loras') or 0,k)):
+    if s[k]['engine'] in e:
+        out.append('results/servers/%s/facts.json'%k)
+        out += ['results/runtime_load/%s/load.json'%k] if k in r else []
+print(' '.join(out))")
+    for t in $order; do
       step server "$t"
       "${SMK[@]}" "$t" --rerun-triggers params input code software-env >> "$S/study.log" 2>&1 || step FAILED "$t"
     done
