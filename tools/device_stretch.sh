@@ -88,7 +88,7 @@ print(' '.join(out))")
     ;;
   pack)
     out=${2:?output folder}
-    (cd "$W" && tar --exclude='results/model/weights' --exclude='results/adapters/*/adapter_model.safetensors' \
+    (cd "$W" && tar --exclude='results/model/weights' --exclude='results/cache' --exclude='results/adapters/*/adapter_model.safetensors' \
       -czf "$out/stretch-results.tar.gz" results logs 2>/dev/null)
     tar -czf "$out/stretch-logs.tar.gz" -C "$S" --exclude=w . 2>/dev/null
     ls -la "$out"
