@@ -10,6 +10,7 @@ file atomically, so an interrupted job never leaves results that look complete.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import random
@@ -32,7 +33,7 @@ from .io import read_json, verify_manifest_files, write_json, write_jsonl
 from .loadgen.client import CompletionRequest, RequestRecord, make_session, run_burst, run_concurrency
 from .loadgen.workload import measurement_plan, set_key
 from .metrics import MetricsSampler, summarize_samples
-from .resources import gpu_memory, group_rss_mib, machine_facts
+from .resources import GpuTelemetry, gpu_memory, group_rss_mib, machine_facts
 from .server import ManagedServer, ServerStartError, free_port, terminate_on_signals
 from .stats import MedianInterval, outliers_below, reached_target
 
@@ -308,6 +309,7 @@ class Measurer:
     timing: dict[str, float] = field(default_factory=lambda: {"warmup_s": 0.0, "measuring_s": 0.0, "between_s": 0.0})
     server_exit: Callable[[], int | None] = lambda: None  # the server's exit code once it has died
     instance: int = 0  # which of the job's server starts is serving (see LoadtestJob.server_starts)
+    telemetry: GpuTelemetry | None = None  # the GPU's clocks and power, summarised per measurement
     values: dict[tuple[str, int], list[float]] = field(default_factory=dict)
     reps: dict[tuple[str, int], int] = field(default_factory=dict)
     done: int = 0
@@ -382,7 +384,7 @@ class Measurer:
         cond, burst, rep = cell["condition"], cell["burst"], cell["rep"]
         mid = f"{cond}/{burst}/{rep}"
         job = self.job
-        t0 = time.monotonic()
+        t0, w0 = time.monotonic(), time.time()
         groups, samples = await self.bursts(
             cond,
             burst,
@@ -395,6 +397,8 @@ class Measurer:
         self._check_server(f"measurement {mid}")
         self._keep(groups, samples, _row_base(self.spec, cond, burst, rep, cell["order"], False, mid))
         row = self.measurements[-1]
+        if self.telemetry is not None:
+            row["metrics"].update(self.telemetry.window(w0, time.time()))
         self.timing["measuring_s"] += row["burst_s"]
         self.timing["between_s"] += time.monotonic() - t0 - row["burst_s"]
         for g in gpu_memory() or []:  # between measurements: never while requests are in flight
@@ -478,6 +482,7 @@ async def _measure_all(
     rset: dict[str, Any],
     m: Measurer | None = None,
     instance: int = 0,
+    telemetry: GpuTelemetry | None = None,
 ) -> tuple[Measurer, dict[str, Any]]:
     """Measure on one server start; ``m`` carries what earlier starts of the same job measured."""
     async with make_session(max(job.bursts), srv.api_key) as session:
@@ -485,6 +490,7 @@ async def _measure_all(
         if m is None:
             m = Measurer(job, engine, spec, srv.base_url, rset, session)
         m.session, m.base_url, m.server_exit, m.instance = session, srv.base_url, srv.proc.poll, instance
+        m.telemetry = telemetry
         probes = await m.run(job.server_starts)
     return m, probes
 
@@ -626,25 +632,27 @@ def _serve_and_measure(
     ready: list[float] = []
     stop_s = 0.0
     t_job = time.monotonic()
-    for k in range(job.server_starts):
-        srv = make_server()
-        facts = facts or _facts_head(job, spec, srv, cpus, lease)
-        with srv:
-            if k == 0:
-                facts["gpu_memory_before_mib"] = gpu_memory()
-            r, placed = ready_server(srv, cpus, job.readiness_timeout_s)
-            ready.append(r)
-            facts["harness"]["threads_placed"] = placed
-            if k == 0:
-                facts["gpu_memory_ready_mib"] = gpu_memory()
+    telemetry = GpuTelemetry(lease.device, cpus=cpus.server) if lease.device != "cpu" else None
+    with telemetry or contextlib.nullcontext():
+        for k in range(job.server_starts):
+            srv = make_server()
+            facts = facts or _facts_head(job, spec, srv, cpus, lease)
+            with srv:
+                if k == 0:
+                    facts["gpu_memory_before_mib"] = gpu_memory()
+                r, placed = ready_server(srv, cpus, job.readiness_timeout_s)
+                ready.append(r)
+                facts["harness"]["threads_placed"] = placed
+                if k == 0:
+                    facts["gpu_memory_ready_mib"] = gpu_memory()
+                    assert srv.proc is not None
+                    facts["host_rss_ready_mib"] = group_rss_mib(srv.proc.pid)
+                m, probes = asyncio.run(_measure_all(job, engine, spec, srv, rset, m, k, telemetry))
                 assert srv.proc is not None
-                facts["host_rss_ready_mib"] = group_rss_mib(srv.proc.pid)
-            m, probes = asyncio.run(_measure_all(job, engine, spec, srv, rset, m, k))
-            assert srv.proc is not None
-            facts["host_rss_end_mib"] = group_rss_mib(srv.proc.pid)
-            facts["probes"] = probes
-            t_stop = time.monotonic()
-        stop_s += time.monotonic() - t_stop
+                facts["host_rss_end_mib"] = group_rss_mib(srv.proc.pid)
+                facts["probes"] = probes
+                t_stop = time.monotonic()
+            stop_s += time.monotonic() - t_stop
     assert m is not None
     facts["readiness_s"] = ready[0]
     facts["readiness_starts_s"] = ready

@@ -6,6 +6,8 @@ import os
 import platform
 import shutil
 import subprocess
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,99 @@ def gpu_memory() -> list[dict[str, Any]] | None:
         idx, name, used, total, driver = (x.strip() for x in line.split(","))
         rows.append({"index": int(idx), "name": name, "used_mib": int(used), "total_mib": int(total), "driver": driver})
     return rows
+
+
+class GpuTelemetry:
+    """Clocks, power, temperature, utilisation and clock-limit reasons of one GPU, sampled by a single
+    ``nvidia-smi --loop-ms`` process for the life of a server job (each line stamped on arrival, so no clock of
+    nvidia-smi's is parsed) and summarised per measurement window: when throughput moves between measurements,
+    these say whether the GPU's own state moved with it. Inactive where there is no NVIDIA GPU."""
+
+    FIELDS = ("clocks.sm", "clocks.mem", "power.draw", "temperature.gpu", "utilization.gpu")
+    REASONS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")  # newer name first
+
+    def __init__(self, device: str = "0", interval_ms: int = 200, cpus: tuple[int, ...] | None = None) -> None:
+        self.device, self.interval_ms, self.cpus = device, interval_ms, cpus
+        self.rows: list[tuple[float, list[str]]] = []
+        self.proc: subprocess.Popen[str] | None = None
+        self._reader: threading.Thread | None = None
+
+    def _fields(self) -> list[str] | None:
+        for reason in (*self.REASONS, None):
+            fields = [*self.FIELDS, *([reason] if reason else [])]
+            if nvidia_smi("-i", self.device, "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"):
+                return fields
+        return None
+
+    def __enter__(self) -> GpuTelemetry:
+        fields = self._fields() if self.device != "cpu" else None
+        if fields is None:
+            return self
+        cpus = self.cpus
+        self.proc = subprocess.Popen(
+            ["nvidia-smi", "-i", self.device, "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits",
+             f"--loop-ms={self.interval_ms}"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            # away from the client's CPUs where the job gives the server its own
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+        )  # fmt: skip
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        return self
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.rows.append((time.time(), [x.strip() for x in line.split(",")]))
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            if self._reader is not None:
+                self._reader.join(timeout=5)
+
+    def window(self, t0: float, t1: float) -> dict[str, Any]:
+        """Summary of the samples stamped between ``t0`` and ``t1`` (time.time()); empty without samples."""
+        return summarize_gpu_samples([v for t, v in self.rows if t0 <= t <= t1])
+
+
+def summarize_gpu_samples(samples: list[list[str]]) -> dict[str, Any]:
+    """Mean and least SM clock, mean memory clock, power and utilisation, highest temperature, and the clock-limit
+    reasons seen (bit mask OR-ed over the samples; 0x1 is plain idle, others are power, thermal or other caps)."""
+
+    def num(i: int) -> list[float]:
+        out = []
+        for v in samples:
+            try:
+                out.append(float(v[i]))
+            except (IndexError, ValueError):
+                pass
+        return out
+
+    sm, mem, power, temp, util = (num(i) for i in range(5))
+    if not sm:
+        return {}
+    reasons = 0
+    for v in samples:
+        try:
+            reasons |= int(v[5], 16)
+        except (IndexError, ValueError):
+            pass
+    mean = lambda xs: round(sum(xs) / len(xs), 1) if xs else None  # noqa: E731
+    return {
+        "gpu_samples": len(sm),
+        "gpu_sm_mhz_mean": mean(sm),
+        "gpu_sm_mhz_min": min(sm),
+        "gpu_mem_mhz_mean": mean(mem),
+        "gpu_power_w_mean": mean(power),
+        "gpu_util_pct_mean": mean(util),
+        "gpu_temp_c_max": max(temp) if temp else None,
+        "gpu_clock_reasons": hex(reasons) if any(len(v) > 5 for v in samples) else None,
+    }
 
 
 def proc_stat(pid: int) -> list[str] | None:

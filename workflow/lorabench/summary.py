@@ -127,6 +127,15 @@ def summarize_cell(
             series = _col(warm, col).dropna() if warm is not None and len(warm) else series
         if len(series):
             row[col[2:] + "_median"] = float(series.median())
+    # The GPU's state during the cell's measurements (GpuTelemetry): where throughput moves between measurements,
+    # does the SM clock or the power move with it?
+    sm = _col(ms, "m_gpu_sm_mhz_mean").dropna()
+    if len(sm):
+        row["gpu_sm_mhz_median"] = float(sm.median())
+        row["gpu_sm_mhz_spread_pct"] = float(100 * (sm.max() - sm.min()) / 2 / sm.median()) if sm.median() else None
+        row["gpu_power_w_median"] = float(_col(ms, "m_gpu_power_w_mean").dropna().median())
+        tp = ms.loc[sm.index, "throughput_tok_s"]
+        row["gpu_sm_mhz_throughput_corr"] = float(sm.corr(tp)) if len(sm) >= 3 and sm.std() > 0 else None
     return row
 
 

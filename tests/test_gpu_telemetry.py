@@ -1,0 +1,45 @@
+"""GPU telemetry: nvidia-smi loop lines summarised per measurement window (no GPU needed)."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from lorabench.resources import GpuTelemetry, summarize_gpu_samples
+from lorabench.summary import _flatten, summarize_cell
+
+MEASURED = Path(__file__).parents[1] / "studies/h200-both/servers/vllm-lora-2/measurements.jsonl"
+
+# The shape of `nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,
+# clocks_event_reasons.active --format=csv,noheader,nounits` lines, split at commas.
+LINES = ["1980, 3201, 412.31, 41, 97, 0x0000000000000000", "1755, 3201, 690.02, 44, 99, 0x0000000000000004"]
+
+
+def test_window_summary_of_samples():
+    got = summarize_gpu_samples([[x.strip() for x in line.split(",")] for line in LINES])
+    assert got["gpu_samples"] == 2 and got["gpu_sm_mhz_min"] == 1755.0 and got["gpu_sm_mhz_mean"] == 1867.5
+    assert got["gpu_temp_c_max"] == 44.0 and got["gpu_clock_reasons"] == "0x4"
+    assert summarize_gpu_samples([]) == {} and summarize_gpu_samples([["[N/A]", "x"]]) == {}
+
+
+def test_samples_are_picked_by_arrival_time():
+    tel = GpuTelemetry()
+    tel.rows = [(10.0, LINES[0].split(",")), (20.0, LINES[1].split(","))]
+    assert tel.window(9.0, 11.0)["gpu_sm_mhz_mean"] == 1980.0 and tel.window(30.0, 40.0) == {}
+
+
+def test_cpu_only_machine_runs_without_telemetry():
+    with GpuTelemetry(device="cpu") as tel:
+        assert tel.proc is None and tel.window(0, 1e12) == {}
+
+
+def test_cell_reports_clock_and_its_correlation_with_throughput():
+    # Four measured rows of a committed H200 cell, each given an SM clock that rises with its throughput.
+    rows = [json.loads(line) for line in MEASURED.read_text().splitlines()]
+    rows = [r for r in rows if not r["warmup"] and (r["condition"], r["burst"]) == ("a", 48)][:4]
+    ms = pd.DataFrame([_flatten(r) for r in rows]).sort_values("throughput_tok_s")
+    ms["m_gpu_sm_mhz_mean"] = [1500.0, 1600.0, 1700.0, 1800.0]
+    ms["m_gpu_power_w_mean"] = 300.0
+    row = summarize_cell(ms)
+    assert row["gpu_sm_mhz_median"] == 1650.0 and row["gpu_sm_mhz_throughput_corr"] > 0.5
+    assert "gpu_sm_mhz_median" not in summarize_cell(ms.drop(columns=["m_gpu_sm_mhz_mean"]))
