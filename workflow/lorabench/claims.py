@@ -6,8 +6,8 @@ Verdicts are computed, never written by hand:
 - ``contradicted``: comparable, and the rule fails (opposite direction, or a behaviour that does not hold);
 - ``not comparable``: the run differs in hardware or model size (said plainly, with our figure for reference),
   or the claim is an external figure no run of ours measures;
-- ``inconclusive``: comparable, the median misses the claim, but the claimed figure lies inside the range our
-  repetitions span (min-max of numerator and denominator), so the data cannot tell;
+- ``inconclusive``: comparable, the median misses the claim, but the claimed figure lies inside the span the
+  95 % intervals of numerator and denominator allow (stats.ratio_span), so the data cannot tell;
 - ``not run``: the measurement the claim needs was not made here (and why).
 
 Absolute figures (tok/s, MiB, seconds, counts of graph captures) are only comparable on the hardware they were
@@ -27,13 +27,13 @@ import yaml
 
 from .adapters import lora_parameter_count
 from .io import read_json, write_json
-from .stats import fmt_num
+from .stats import fmt_num, ratio_span
 
 log = logging.getLogger(__name__)
 
 VERDICTS = ("reproduced", "direction only", "inconclusive", "contradicted", "not comparable", "not run")
 ABSOLUTE_UNITS = ("tok_s", "MiB", "s", "ms")
-Span = tuple[float, float] | None  # for throughput ratios: the span of ratios the repetitions allow
+Span = tuple[float, float] | None  # for throughput ratios: the span the two medians' 95 % intervals allow
 _METRIC_COLS = {
     "throughput_tok_s": "throughput_median",
     "itl_median_ms": "itl_median_ms",
@@ -132,11 +132,9 @@ def _ratio(m: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, str, l
         return None, f"{m['metric']} missing", [], None
     note = "; ".join(x for x in {n1, n2} if x)
     span: Span = None
-    if m["metric"] == "throughput_tok_s" and num.get("throughput_min") and den.get("throughput_max"):
-        span = (
-            100.0 * (num["throughput_min"] / den["throughput_max"] - 1),
-            100.0 * (num["throughput_max"] / den["throughput_min"] - 1),
-        )
+    if m["metric"] == "throughput_tok_s":
+        r = ratio_span(num, den)
+        span = (r[1], r[2]) if r and r[1] == r[1] else None
     return 100.0 * (a / b - 1), note, [_evidence(num), _evidence(den)], span
 
 

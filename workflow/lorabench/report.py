@@ -132,12 +132,10 @@ def _span_text(lo: float | None, hi: float | None) -> str:
 
 
 def _ratio(num: dict[str, Any], den: dict[str, Any]) -> tuple[float, float, float]:
-    """Median ratio and the span the repetitions allow (min/max .. max/min), in percent."""
-    return (
-        100 * (num["throughput_median"] / den["throughput_median"] - 1),
-        100 * (num["throughput_min"] / den["throughput_max"] - 1),
-        100 * (num["throughput_max"] / den["throughput_min"] - 1),
-    )
+    """Median ratio and the span the two medians' 95 % intervals allow, in percent (stats.ratio_span)."""
+    span = stats.ratio_span(num, den)
+    assert span is not None
+    return span
 
 
 def _stable(lo: float, hi: float) -> str:
@@ -156,7 +154,7 @@ FINDING_CLAIMS = {
 def findings(rows: list[dict[str, Any]], runtime: list[dict[str, Any]], comparison: list[dict[str, Any]]) -> list[dict]:
     """What the run answers, first: the cost of enabling LoRA, of one adapter, of too few slots, of runtime
     loading, and the engine comparison. Each answer names the rows it comes from and says whether the difference
-    is beyond the span our repetitions allow."""
+    is beyond the span the two medians' 95 % intervals allow."""
     ok = [r for r in rows if r.get("status") == "ok" and r.get("throughput_median")]
     burst = max((r["burst"] for r in ok), default=None)
     out: list[dict[str, Any]] = []

@@ -116,3 +116,32 @@ def outliers_below(values: list[float], fraction: float) -> list[int]:
         return []
     med = statistics.median(vals)
     return [i for i, v in enumerate(vals) if v < fraction * med]
+
+
+def _num(row: Any, key: str) -> float | None:
+    v = row.get(key) if hasattr(row, "get") else None
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+def ratio_span(num: Any, den: Any, prefix: str = "throughput") -> tuple[float, float, float] | None:
+    """Median ratio of two cells and the span their 95 % intervals allow (num lo / den hi .. num hi / den lo), in
+    percent; cells without intervals fall back to their range (min/max). With fewer than nine values an interval
+    is the range itself; with more, it leaves the most extreme repetitions out as the order statistics allow."""
+    med_a, med_b = _num(num, f"{prefix}_median"), _num(den, f"{prefix}_median")
+    if med_a is None or not med_b:
+        return None
+
+    def ends(row: Any) -> tuple[float | None, float | None]:
+        lo, hi = _num(row, f"{prefix}_ci_lo"), _num(row, f"{prefix}_ci_hi")
+        if lo is not None and hi is not None:
+            return lo, hi
+        return _num(row, f"{prefix}_min"), _num(row, f"{prefix}_max")
+
+    (a_lo, a_hi), (b_lo, b_hi) = ends(num), ends(den)
+    if None in (a_lo, a_hi) or not b_lo or not b_hi:
+        return 100 * (med_a / med_b - 1), float("nan"), float("nan")
+    return 100 * (med_a / med_b - 1), 100 * (a_lo / b_hi - 1), 100 * (a_hi / b_lo - 1)

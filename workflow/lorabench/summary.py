@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from .io import read_json, read_jsonl, write_json
-from .stats import MedianInterval, Summary, first_stands_out, reached_target
+from .stats import MedianInterval, Summary, first_stands_out, ratio_span, reached_target
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def summarize_cell(
 
 def _engine_baselines(sdf: pd.DataFrame) -> None:
     """The cost of merely enabling LoRA, per engine: each row against the same engine's LoRA-off server, base
-    model, same burst size (median ratio, and the span the repetitions allow: min/max against max/min)."""
+    model, same burst size (median ratio, and the span the two medians' 95 % intervals allow)."""
     for col in (
         "engine_baseline",
         "ratio_to_engine_baseline_pct",
@@ -158,13 +158,15 @@ def _engine_baselines(sdf: pd.DataFrame) -> None:
         sdf.loc[same, "ratio_to_engine_baseline_pct"] = 100 * (
             sdf.loc[same, "throughput_median"] / b["throughput_median"] - 1
         )
-        sdf.loc[same, "ratio_to_engine_baseline_lo"] = 100 * (sdf.loc[same, "throughput_min"] / b["throughput_max"] - 1)
-        sdf.loc[same, "ratio_to_engine_baseline_hi"] = 100 * (sdf.loc[same, "throughput_max"] / b["throughput_min"] - 1)
+        for i in sdf.index[same]:
+            span = ratio_span(sdf.loc[i], b)
+            if span:
+                sdf.loc[i, "ratio_to_engine_baseline_lo"], sdf.loc[i, "ratio_to_engine_baseline_hi"] = span[1:]
 
 
 def engine_comparison(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The same LoRA setting, condition and burst on two engines side by side: B / A with the span the
-    repetitions allow. Rows pair servers by (lora, slots, condition, burst)."""
+    two medians' 95 % intervals allow. Rows pair servers by (lora, slots, condition, burst)."""
     ok = [r for r in rows if r.get("status") == "ok" and r.get("throughput_median")]
     engines = sorted({r["engine"] for r in ok})
     if len(engines) < 2:
@@ -177,6 +179,7 @@ def engine_comparison(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         a = a_rows.get(key(r))
         if not a:
             continue
+        span = ratio_span(r, a) or (None, None, None)
         out.append(
             {
                 "lora": key(r)[0], "slots": key(r)[1] or None, "condition": r["condition"], "burst": r["burst"],
@@ -184,9 +187,7 @@ def engine_comparison(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "a_spread_pct": a.get("throughput_spread_pct"),
                 "b_engine": b_name, "b_server": r["server"], "b_tok_s": r["throughput_median"],
                 "b_spread_pct": r.get("throughput_spread_pct"),
-                "ratio_pct": 100 * (r["throughput_median"] / a["throughput_median"] - 1),
-                "ratio_lo_pct": 100 * (r["throughput_min"] / a["throughput_max"] - 1),
-                "ratio_hi_pct": 100 * (r["throughput_max"] / a["throughput_min"] - 1),
+                "ratio_pct": span[0], "ratio_lo_pct": span[1], "ratio_hi_pct": span[2],
             }
         )  # fmt: skip
     return out
