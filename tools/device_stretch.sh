@@ -5,7 +5,7 @@
 # (which re-lay the tree) cannot touch it.
 #   bash tools/device_stretch.sh start CONFIG STUDY_DIR [stability]   copy to /tmp/stretch/w, start detached
 #   bash tools/device_stretch.sh status                               steps so far, last lines of the current one
-#   bash tools/device_stretch.sh pack OUTDIR                          results (no weights) + logs into OUTDIR
+#   bash tools/device_stretch.sh pack OUTDIR                          finished jobs (one archive each), manifests, logs
 #   bash tools/device_stretch.sh wait SECONDS                         poll until the driver stops or SECONDS pass
 # ENGINES="vllm" (engine ids of the config) restricts the stretch to those engines' server and runtime-loading
 # jobs; the report is then rebuilt from the saved jobs (tools/rebuild_study.py) instead of on the device.
@@ -87,10 +87,17 @@ print(' '.join(out))")
     bash "$0" status
     ;;
   pack)
+    # One archive per finished job (records compressed by study_results.py), each well under the 16 MiB a file
+    # that comes back may have, plus the small manifests and logs; weights and the compile cache stay behind.
     out=${2:?output folder}
-    (cd "$W" && tar --exclude='results/model/weights' --exclude='results/cache' --exclude='results/adapters/*/adapter_model.safetensors' \
-      -czf "$out/stretch-results.tar.gz" results logs 2>/dev/null)
-    tar -czf "$out/stretch-logs.tar.gz" -C "$S" --exclude=w . 2>/dev/null
+    rm -rf "$S/save"
+    (cd "$W" && python3 tools/study_results.py save results "$S/save" > /dev/null)
+    for d in "$S"/save/servers/* "$S"/save/runtime_load/*; do
+      [ -d "$d" ] && tar -czf "$out/$(basename "$(dirname "$d")")-$(basename "$d").tgz" -C "$(dirname "$d")" "$(basename "$d")"
+    done
+    (cd "$W" && tar -czf "$out/meta.tgz" results/envs results/model/manifest.json results/adapters/*.json \
+      results/workload logs 2>/dev/null)
+    tar -czf "$out/stretch-logs.tar.gz" -C "$S" --exclude=w --exclude=save . 2>/dev/null
     ls -la "$out"
     ;;
   *) echo "usage: $0 start CONFIG STUDY_DIR [stability] | status | wait SECONDS | pack OUTDIR"; exit 2 ;;
