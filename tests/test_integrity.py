@@ -168,3 +168,12 @@ def test_venv_key_covers_everything_that_changes_the_environment(tmp_path: Path)
     req.write_text("x==2\n")
     paths.add(venv_path(base))
     assert len(paths) == 5
+
+
+def test_one_api_key_per_study_kept_private(tmp_path: Path):
+    from lorabench.server import study_api_key
+
+    key = study_api_key(tmp_path / "results")
+    assert len(key) >= 24 and study_api_key(tmp_path / "results") == key  # reused: the compile cache key holds
+    assert (tmp_path / "results" / ".api-key").stat().st_mode & 0o077 == 0
+    assert study_api_key(tmp_path / "other") != key

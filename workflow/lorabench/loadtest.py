@@ -14,7 +14,6 @@ import contextlib
 import logging
 import math
 import random
-import secrets
 import statistics
 import time
 from collections.abc import Callable
@@ -34,7 +33,7 @@ from .loadgen.client import CompletionRequest, RequestRecord, make_session, run_
 from .loadgen.workload import measurement_plan, set_key
 from .metrics import MetricsSampler, summarize_samples
 from .resources import GpuTelemetry, gpu_memory, group_rss_mib, machine_facts
-from .server import ManagedServer, ServerStartError, free_port, terminate_on_signals
+from .server import ManagedServer, ServerStartError, free_port, study_api_key, terminate_on_signals
 from .stats import MedianInterval, outliers_below, reached_target
 
 log = logging.getLogger(__name__)
@@ -685,7 +684,7 @@ def run_loadtest(job: LoadtestJob) -> dict[str, Any]:
     with terminate_on_signals(), device.acquire(job_hardware(job), all_server_markers(), spec.server_id) as lease:
 
         def make_server() -> ManagedServer:
-            key = secrets.token_urlsafe(24)
+            key = study_api_key(out.parents[1])  # results/servers/SERVER -> results
             return engine_server(engine, spec, job.host, server_log, out / "server.pid", cpus, lease, key)
 
         facts = _serve_and_measure(job, engine, spec, make_server, rset, cpus, lease)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import secrets
 import statistics
 import time
 from pathlib import Path
@@ -39,7 +38,7 @@ from .loadtest import (
     write_not_run,
 )
 from .resources import machine_facts
-from .server import ManagedServer, ServerStartError, terminate_on_signals
+from .server import ManagedServer, ServerStartError, study_api_key, terminate_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +234,7 @@ def run_runtime_load(job: LoadtestJob, rl: dict[str, Any]) -> dict[str, Any]:
     with terminate_on_signals(), device.acquire(job_hardware(job), all_server_markers(), spec.server_id) as lease:
         probe = probe_cpu_loras(engine, spec, job.host, out, job.readiness_timeout_s, cpus, lease)
         srv = engine_server(
-            engine, spec, job.host, server_log, out / "server.pid", cpus, lease, secrets.token_urlsafe(24)
+            engine, spec, job.host, server_log, out / "server.pid", cpus, lease, study_api_key(out.parents[1])
         )
         with srv:
             ready_s, _ = ready_server(srv, cpus, job.readiness_timeout_s)

@@ -14,6 +14,7 @@ import ctypes
 import functools
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -34,6 +35,27 @@ _PR_SET_PDEATHSIG = 1
 
 class ServerStartError(RuntimeError):
     """The server exited or did not become ready in time; the message holds the tail of its log."""
+
+
+def study_api_key(results: Path) -> str:
+    """The API key the servers of one study require: made once in ``results/.api-key`` (readable by its owner
+    only), then reused by every server job and every rerun of the study. One key per study rather than per start:
+    vLLM folds its environment, ``VLLM_API_KEY`` included, into the key of its compile cache, so a fresh key per
+    start would make every start compile again."""
+    path = results / ".api-key"
+    if not path.exists():
+        results.mkdir(parents=True, exist_ok=True)
+        tmp = results / f".api-key.{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(24))
+        with contextlib.suppress(FileExistsError):  # another job of the study made it first: use theirs
+            os.link(tmp, path)
+        tmp.unlink()
+    key = path.read_text().strip()
+    if not key:
+        raise ServerStartError(f"{path} is empty: remove it and run again")
+    return key
 
 
 def free_port(host: str = "127.0.0.1") -> int:
