@@ -138,8 +138,31 @@ def _ratio(num: dict[str, Any], den: dict[str, Any]) -> tuple[float, float, floa
     return span
 
 
-def _stable(lo: float, hi: float) -> str:
-    return "a difference beyond our spread" if lo > 0 or hi < 0 else "within our spread: no difference shown"
+def _cell(rows: list[dict[str, Any]], burst: int, lora: bool, cond: str, most_slots: bool = False) -> Any:
+    """The row of one burst, LoRA setting and condition (the server with the fewest slots, or the most)."""
+    rs = [r for r in rows if r["burst"] == burst and bool(r.get("lora")) == lora and r["condition"] == cond]
+    rs.sort(key=lambda r: r.get("max_loras") or 0, reverse=most_slots)
+    return rs[0] if rs else None
+
+
+def _finding(key: str, question: str, what: str, pairs: list[tuple[int, Any, Any]]) -> dict[str, Any] | None:
+    """One finding over every burst: each burst's median ratio and span, then where it is beyond the spread."""
+    parts, beyond = [], []
+    pairs = [(b, n, d) for b, n, d in pairs if n and d]
+    for burst, num, den in pairs:
+        m, lo, hi = _ratio(num, den)
+        parts.append(f"burst {burst}: {m:+.1f}%{_span_text(lo, hi)}")
+        if lo > 0 or hi < 0:
+            beyond.append(str(burst))
+    if not pairs:
+        return None
+    if not beyond:
+        verdict = "within our spread at every burst: no difference shown"
+    elif len(beyond) == len(pairs):
+        verdict = "a difference beyond our spread at every burst"
+    else:
+        verdict = f"a difference beyond our spread at burst {', '.join(beyond)}, within it elsewhere"
+    return {"key": key, "question": question, "answer": f"{what}: {'; '.join(parts)} ({verdict})"}
 
 
 # The source's questions, each answered from this run's rows, with the claims that carry the verdicts.
@@ -156,33 +179,25 @@ def findings(rows: list[dict[str, Any]], runtime: list[dict[str, Any]], comparis
     loading, and the engine comparison. Each answer names the rows it comes from and says whether the difference
     is beyond the span the two medians' 95 % intervals allow."""
     ok = [r for r in rows if r.get("status") == "ok" and r.get("throughput_median")]
-    burst = max((r["burst"] for r in ok), default=None)
     out: list[dict[str, Any]] = []
     for engine in sorted({r["engine"] for r in ok}):
-        eng = [r for r in ok if r["engine"] == engine and r["burst"] == burst]
-        off = next((r for r in eng if not r.get("lora") and r["condition"] == "base"), None)
-        lora = sorted((r for r in eng if r.get("lora")), key=lambda r: r.get("max_loras") or 0)
-        on_base = next((r for r in lora if r["condition"] == "base"), None)
-        if off and on_base:
-            m, lo, hi = _ratio(on_base, off)
-            q = f"{engine}: what does merely enabling LoRA cost?"
-            out.append({"key": "enable", "question": q,
-                        "answer": f"base-model requests on {on_base['server']} vs {off['server']}, burst {burst}: "
-                                  f"{m:+.1f}%{_span_text(lo, hi)}; {_stable(lo, hi)}"})  # fmt: skip
-        one = next((r for r in lora if r["condition"] == "a"), None)
-        if on_base and one:
-            m, lo, hi = _ratio(one, on_base)
-            q = f"{engine}: what does serving one adapter cost?"
-            a = f"adapter a vs base on {one['server']}, burst {burst}: {m:+.1f}%{_span_text(lo, hi)}; {_stable(lo, hi)}"
-            out.append({"key": "adapter", "question": q, "answer": a})
-        slots = [r for r in lora if r["condition"] == "abc"]
-        if len(slots) >= 2 and slots[0].get("max_loras") != slots[-1].get("max_loras"):
-            m, lo, hi = _ratio(slots[0], slots[-1])
-            a = (
-                f"three adapters (abc) on {slots[0]['max_loras']} slots vs {slots[-1]['max_loras']} slots, "
-                f"burst {burst}: {m:+.1f}%{_span_text(lo, hi)}; {_stable(lo, hi)}"
-            )
-            out.append({"key": "slots", "question": f"{engine}: what do too few adapter slots cost?", "answer": a})
+        eng = [r for r in ok if r["engine"] == engine]
+        bursts = sorted({r["burst"] for r in eng})
+        on, off = _cell(eng, bursts[0], True, "base"), _cell(eng, bursts[0], False, "base")
+        if on and off:
+            pairs = [(b, _cell(eng, b, True, "base"), _cell(eng, b, False, "base")) for b in bursts]
+            what = f"base-model requests on {on['server']} vs {off['server']}"
+            out.append(_finding("enable", f"{engine}: what does merely enabling LoRA cost?", what, pairs))
+        if on:
+            pairs = [(b, _cell(eng, b, True, "a"), _cell(eng, b, True, "base")) for b in bursts]
+            what = f"adapter a vs base on {on['server']}"
+            out.append(_finding("adapter", f"{engine}: what does serving one adapter cost?", what, pairs))
+        few, many = _cell(eng, bursts[0], True, "abc"), _cell(eng, bursts[0], True, "abc", most_slots=True)
+        if few and many and few.get("max_loras") != many.get("max_loras"):
+            pairs = [(b, _cell(eng, b, True, "abc"), _cell(eng, b, True, "abc", most_slots=True)) for b in bursts]
+            what = f"three adapters (abc) on {few['max_loras']} slots vs {many['max_loras']} slots"
+            out.append(_finding("slots", f"{engine}: what do too few adapter slots cost?", what, pairs))
+    out = [f for f in out if f]
     for rt in runtime:
         if rt.get("status") == "ok":
             q = f"{rt['engine']}: how fast is loading an adapter at run time?"
