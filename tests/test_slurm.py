@@ -201,6 +201,7 @@ def test_default_study_through_slurm_to_the_report(cluster, tmp_path: Path):
     for f in (work / "logs" / "slurm-jobs.txt", tmp_path / "slurm-jobs.txt"):
         f.write_text(table)
     print(f"SLURM jobs of the run ({tmp_path / 'slurm-jobs.txt'}):\n" + table)
+    print("Snakemake's log of the leftovers:\n" + "\n".join(x for x in proc.stderr.splitlines() if "SLURM: " in x))
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = read_json(work / "results/summary/summary.json")
     measured = [r for r in summary["rows"] if r["status"] == "ok"]
