@@ -15,10 +15,10 @@ jobs not submitted by Snakemake, is never touched):
 - its comment names one of this workflow's rules or groups (the plugin sets ``rule_{rule}`` or
   ``rule_{rule}_wildcards_{values}``).
 
-Snakemake's lock on the folder keeps a second live run from getting this far, so the jobs found here are an
-earlier run's. Cancelled jobs are logged one per line and waited for until SLURM no longer lists them as active,
-so that their servers are gone before this run submits new ones. Without ``squeue`` on the PATH this does
-nothing.
+Snakemake's lock on the study's outputs keeps a second live run (one not started with ``--nolock``) from getting
+this far, and the hook runs before this run submits anything, so the jobs found here are an earlier run's.
+Cancelled jobs are logged one per line and waited for until SLURM no longer lists them as active, so that their
+servers are gone before this run submits new ones. Without ``squeue`` on the PATH this does nothing.
 """
 
 from __future__ import annotations
