@@ -35,6 +35,24 @@ localrules:
     bundle_archive,
 
 
+# A run killed hard leaves its SLURM jobs running: a run with the SLURM executor first cancels those an
+# earlier run of this study left queued or running (workflow/lorabench/slurm.py says which jobs count).
+onstart:
+    if (
+        workflow.is_main_process
+        and getattr(workflow.executor_plugin, "name", None) == "slurm"
+    ):
+        from lorabench.slurm import SlurmError, cancel_leftovers
+
+        names = {r.name for r in workflow.rules} | {
+            r.group for r in workflow.rules if r.group
+        }
+        try:
+            cancel_leftovers(workflow.workdir_init, names, log=logger.info)
+        except SlurmError as e:
+            raise WorkflowError(f"cancelling leftover SLURM jobs: {e}") from None
+
+
 include: "workflow/rules/artifacts.smk"
 include: "workflow/rules/engines.smk"
 include: "workflow/rules/measure.smk"

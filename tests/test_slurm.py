@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -130,6 +131,26 @@ def test_gpu_gres_is_handed_to_jobs(cluster):
     assert out.returncode == 0 and "CUDA=0" in out.stdout, out.stderr
 
 
+def _sbatch(env: dict[str, str], out: Path, *args: str) -> str:
+    proc = subprocess.run(
+        ["sbatch", "--parsable", f"--output={out}/slurm-%j.out", *args, "--wrap", "sleep 600"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().split(";")[0]
+
+
+JOB_TABLE = "%i %j %k %T %S %e %Z"  # id, name (run ID), comment (rule), state, start, end, working directory
+
+
+def _jobs(env: dict[str, str]) -> dict[str, dict[str, str]]:
+    out = subprocess.run(
+        ["squeue", "--states=all", "-h", "-o", JOB_TABLE], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    keys = ("id", "name", "comment", "state", "start", "end", "workdir")
+    return {f[0]: dict(zip(keys, f, strict=True)) for f in (line.split() for line in out.splitlines())}
+
+
 def test_default_study_through_slurm_to_the_report(cluster, tmp_path: Path):
     work = copy_repo(tmp_path / "w")
     # The default study's model, adapters, engine, conditions and bursts on its LoRA-off and 2-slot servers, with
@@ -140,6 +161,30 @@ def test_default_study_through_slurm_to_the_report(cluster, tmp_path: Path):
     cfg.pop("runtime_load")
     cfg.update(env_root=ENV_ROOT, server_starts=1, repetitions=3, max_repetitions=3, min_measurement_s=0.2)
     (work / "slurm-study.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    # What a run killed hard leaves behind: a running server job and a queued environment build of this folder,
+    # named by an earlier run's ID with the executor's comments. Beside them, jobs the run must leave alone: the
+    # same names from another study's folder, and a job in this folder that Snakemake did not submit (held, so
+    # that they stay queued without taking the node's CPUs).
+    old_run = str(uuid.uuid4())
+    other = tmp_path / "other-study"
+    other.mkdir()
+    logs = tmp_path / "sbatch"
+    logs.mkdir()
+    leftover = {
+        _sbatch(cluster, logs, f"--job-name={old_run}", "--comment=rule_server_loadtest_wildcards_lora-2", f"-D{work}"),
+        _sbatch(cluster, logs, f"--job-name={old_run}", "--comment=rule_engine_env_wildcards_vllm-cpu", "--hold",
+                f"-D{work}"),
+    }  # fmt: skip
+    untouched = {
+        _sbatch(cluster, logs, f"--job-name={old_run}", "--comment=rule_server_loadtest_wildcards_lora-2", "--hold",
+                f"-D{other}"),
+        _sbatch(cluster, logs, "--job-name=notebook", "--comment=rule_server_loadtest", "--hold", f"-D{work}"),
+    }  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not any(_jobs(cluster)[i]["state"] == "RUNNING" for i in leftover):
+        assert time.monotonic() < deadline, f"the leftover server job never started: {_jobs(cluster)}"
+        time.sleep(0.5)
+    t0 = time.monotonic()
     proc = subprocess.run(
         # Status checks every few seconds instead of the plugin's 40 s first wait and Snakemake's 10 s rounds.
         [SNAKEMAKE, "--workflow-profile", "profiles/slurm", "--configfile", "slurm-study.yaml",
@@ -147,16 +192,37 @@ def test_default_study_through_slurm_to_the_report(cluster, tmp_path: Path):
          "--seconds-between-status-checks", "3"],
         cwd=work, env=cluster, capture_output=True, text=True, timeout=1500,
     )  # fmt: skip
+    print(f"snakemake through SLURM: {time.monotonic() - t0:.0f} s")
+    # The job table of the run, to quote: saved beside the study's logs and under the test's folder, and printed.
     table = subprocess.run(
-        ["squeue", "--states=all", "-h", "-o", "%i %j %T %M %R"], env=cluster, capture_output=True, text=True
+        ["squeue", "--states=all", "-o", JOB_TABLE], env=cluster, capture_output=True, text=True
     ).stdout
     (work / "logs").mkdir(exist_ok=True)
-    (work / "logs" / "slurm-jobs.txt").write_text(table)
-    print("SLURM jobs of the run:\n" + table)
+    for f in (work / "logs" / "slurm-jobs.txt", tmp_path / "slurm-jobs.txt"):
+        f.write_text(table)
+    print(f"SLURM jobs of the run ({tmp_path / 'slurm-jobs.txt'}):\n" + table)
+    print("Snakemake's log of the leftovers:\n" + "\n".join(x for x in proc.stderr.splitlines() if "SLURM: " in x))
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = read_json(work / "results/summary/summary.json")
     measured = [r for r in summary["rows"] if r["status"] == "ok"]
     assert len(measured) == 12 and all(r["throughput_median"] > 0 for r in measured)
     assert (work / "results/report/index.html").exists() and (work / "results/bundle/cpu-default.tar.gz").exists()
+    jobs = _jobs(cluster)
+    ran = [j for j in jobs.values() if _same(j["workdir"], work) and j["id"] not in leftover | untouched]
     # The builds and the server jobs went to the cluster (the light ones ran locally), and finished there.
-    assert table.count("COMPLETED") >= 7, table
+    assert len(ran) >= 7 and all(j["state"] == "COMPLETED" for j in ran), table
+    # The earlier run's leftovers were cancelled (and logged) before this run submitted any job; the others wait.
+    assert all(jobs[i]["state"] == "CANCELLED" for i in leftover), table
+    assert all(jobs[i]["state"] == "PENDING" for i in untouched), table
+    ended = max(jobs[i]["end"] for i in leftover)
+    assert all(j["start"] >= ended for j in ran), table
+    err = proc.stderr
+    for i in leftover:
+        assert f"cancelled leftover job {i} " in err, err[-4000:]
+        assert err.index(f"cancelled leftover job {i} ") < err.index("has been submitted with SLURM jobid"), err
+    assert not any(f"leftover job {i} " in err for i in untouched), err[-4000:]
+    subprocess.run(["scancel", *untouched], env=cluster, check=True)
+
+
+def _same(a: str, b: Path) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
