@@ -34,6 +34,12 @@ log = logging.getLogger(__name__)
 VERDICTS = ("reproduced", "direction only", "inconclusive", "contradicted", "not comparable", "not run")
 ABSOLUTE_UNITS = ("tok_s", "MiB", "s", "ms")
 Span = tuple[float, float] | None  # for throughput ratios: the span of ratios the repetitions allow
+
+
+class Inconclusive(str):
+    """A behaviour probe's answer when the data cannot tell (intervals overlap); the text says why."""
+
+
 _METRIC_COLS = {
     "throughput_tok_s": "throughput_median",
     "itl_median_ms": "itl_median_ms",
@@ -52,8 +58,11 @@ class Context:
         model: dict[str, Any],
         adapters: list[dict[str, Any]],
         reference_arch: dict[str, Any] | None = None,
+        queues: dict[str, Any] | None = None,
     ):
         self.summary = summary
+        # Batch size and queues per server and condition (results/queues/queues.json), for claims about why.
+        self.queues = queues
         # The source's architecture (Qwen3-1.7B), for claims about its adapter sizes; an input of the rule.
         self.reference_arch = reference_arch
         self.rows: list[dict[str, Any]] = summary.get("rows", [])
@@ -152,6 +161,8 @@ def _single(claim: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, s
         return _metric(row, m["metric"]), note, [_evidence(row)]
     if kind == "artifact":
         return _artifact(m["key"], ctx)
+    if kind == "probe" and m["probe"] == "slot_shortage_defers":
+        return _slot_shortage_defers(ctx, m.get("engine"))
     if kind == "probe":
         return _probe(m["probe"], ctx)
     if kind == "server_fact":
@@ -272,6 +283,27 @@ def _probe(name: str, ctx: Context) -> tuple[Any, str, list[str]]:
     raise ValueError(f"unknown probe {name!r}")
 
 
+def _slot_shortage_defers(ctx: Context, engine: str | None) -> tuple[Any, str, list[str]]:
+    """With more distinct adapters than slots, are requests held back (deferred, or waiting where the engine has
+    no deferral gauge) and is the running batch smaller than on enough slots, beyond both 95 % intervals?"""
+    from .queues import cliff_sentence
+
+    if ctx.queues is None:
+        return None, "no queue figures in this study", []
+    cliffs = [c for c in ctx.queues.get("cliffs") or [] if engine in (None, c["engine"])]
+    if not cliffs:
+        return None, "needs two LoRA servers of one engine with different slots and a condition between them", []
+    c = cliffs[0]
+    evidence = [f"queues:{c['few']['server']}/{c['condition']}/{c['burst']}", f"queues:{c['many']['server']}"]
+    text = cliff_sentence(c)
+    if c["finding"] == "too few samples":
+        return None, text, []
+    if c["finding"] == "overlap":
+        return Inconclusive(text), text, evidence
+    held = (c.get("queued_few") or 0) > 0
+    return (c["finding"] == "smaller batch" and held), text, evidence
+
+
 def _server_fact(fact: str, sel: dict[str, Any], ctx: Context) -> tuple[Any, str, list[str]]:
     col = {
         "gpu_memory_mib": "gpu_mem_ready_mib",
@@ -369,8 +401,12 @@ def evaluate(claims: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]
     for claim in claims:
         reason = comparability(claim, ctx)
         value, note, evidence, span = measure(claim, ctx, fallback=bool(reason))
-        rule_result = None if value is None else apply_rule(claim, value)
-        if claim["measure"]["kind"] == "none":
+        rule_result = None if value is None or isinstance(value, Inconclusive) else apply_rule(claim, value)
+        if isinstance(value, Inconclusive):
+            verdict = "not comparable" if reason else "inconclusive"
+            why = f"{reason}. {note}" if reason else note
+            value = None
+        elif claim["measure"]["kind"] == "none":
             verdict = "not comparable"
             why = f"{reason}: {note}"
         elif value is None:
@@ -449,9 +485,11 @@ def evaluate_file(
     adapter_paths: list[str],
     out_path: str,
     reference_arch_path: str | None = None,
+    queues_path: str | None = None,
 ) -> list[dict[str, Any]]:
     ref = read_json(reference_arch_path) if reference_arch_path else None
-    ctx = Context(read_json(summary_path), read_json(model_path), [read_json(p) for p in adapter_paths], ref)
+    queues = read_json(queues_path) if queues_path else None
+    ctx = Context(read_json(summary_path), read_json(model_path), [read_json(p) for p in adapter_paths], ref, queues)
     results = evaluate(load_claims(claims_path), ctx)
     counts = {v: sum(r["verdict"] == v for r in results) for v in VERDICTS}
     write_json(

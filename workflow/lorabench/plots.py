@@ -94,3 +94,52 @@ def latency_spread(measurements: list[dict[str, Any]], out: Path, metric: str, l
     fig.savefig(out)
     plt.close(fig)
     return out
+
+
+def queue_traces(queues: dict[str, Any], out: Path, conditions: list[str]) -> Path | None:
+    """Requests running (the batch), waiting and deferred over time within measurements, one panel per LoRA
+    server (by slots) and condition, at each server's largest burst; several measurements overlaid."""
+    servers = sorted(
+        (s for s in queues.get("servers", []) if s.get("lora") and s.get("status") == "ok"),
+        key=lambda s: (s["engine"], s.get("max_loras") or 0, s["server"]),
+    )
+    panels: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    for s in servers:
+        traced = [c for c in s["cells"] if c.get("traces") and c["condition"] in conditions]
+        if not traced:
+            continue
+        top = max(c["burst"] for c in traced)
+        panels.append(
+            (s, sorted((c for c in traced if c["burst"] == top), key=lambda c: conditions.index(c["condition"])))
+        )
+    if not panels:
+        return None
+    ncols = max(len(cells) for _, cells in panels)
+    fig, axes = plt.subplots(len(panels), ncols, figsize=(3.2 * ncols, 2.4 * len(panels)), dpi=110, squeeze=False)
+    styles = (("running", 1, "-", "tab:blue"), ("waiting", 2, "--", "tab:orange"), ("deferred", 3, ":", "tab:red"))
+    for i, (s, cells) in enumerate(panels):
+        for j in range(ncols):
+            ax = axes[i][j]
+            if j >= len(cells):
+                ax.axis("off")
+                continue
+            c = cells[j]
+            for k, trace in enumerate(c["traces"]):
+                t = [p[0] for p in trace]
+                for name, col, ls, color in styles:
+                    if name not in s.get("reports", []):
+                        continue
+                    ax.step(t, [p[col] for p in trace], where="post", ls=ls, color=color, alpha=0.8,
+                            label=name if k == 0 else None)  # fmt: skip
+            ax.set_title(f"{s['server']} ({s['max_loras']} slots): {c['condition']}, burst {c['burst']}", fontsize=8)
+            ax.set_xlabel("s since measurement start", fontsize=7)
+            ax.set_ylabel("requests", fontsize=7)
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3)
+            if i == 0 and j == 0:
+                ax.legend(fontsize=7)
+    fig.suptitle("Batch (running) and queues (waiting, deferred for a slot) within measurements", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out

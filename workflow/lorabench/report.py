@@ -14,6 +14,7 @@ import jinja2
 
 from . import plots, provenance, stats
 from .io import read_json, write_json, write_text_atomic
+from .queues import cliff_sentence
 
 log = logging.getLogger(__name__)
 TEMPLATES = Path(__file__).resolve().parents[2] / "report" / "templates"
@@ -56,8 +57,12 @@ def render_report(
     env_paths: list[str],
     out_html: Path,
     out_provenance: Path,
+    queues_path: str | None = None,
 ) -> None:
     summary = read_json(summary_path)
+    queues = read_json(queues_path) if queues_path else {"servers": [], "cliffs": []}
+    for c in queues.get("cliffs", []):
+        c["sentence"] = cliff_sentence(c)
     verdicts = read_json(verdicts_path)
     model = read_json(model_path)
     adapters = [read_json(p) for p in adapter_paths]
@@ -86,6 +91,15 @@ def render_report(
     itl_fig = plots.latency_spread(
         summary.get("measurements", []), out_dir / "itl.png", "itl_median_ms", "ITL median (ms)"
     )
+    adapter_conditions = [c for c in config.get("conditions", {}) if c != "base"]
+    queue_fig = plots.queue_traces(queues, out_dir / "queues.png", adapter_conditions)
+    queue_rows = [
+        {**{k: v for k, v in c.items() if k != "traces"}, "server": s["server"], "max_loras": s.get("max_loras")}
+        for s in sorted(queues.get("servers", []), key=lambda s: (s["engine"], s.get("max_loras") or 0, s["server"]))
+        if s.get("lora") and s.get("status") == "ok"
+        for c in s["cells"]
+        if c["condition"] != "base"
+    ]
     prov = provenance.collect(config, model, adapters, envs, summary.get("server_facts_raw", {}))
     write_json(out_provenance, prov)
     engines_in_study = sorted({r["engine"] for r in rows})
@@ -111,6 +125,9 @@ def render_report(
         slot_fig=slot_fig.name if slot_fig else None,
         ttft_fig=ttft_fig.name if ttft_fig else None,
         itl_fig=itl_fig.name if itl_fig else None,
+        queues=queues,
+        queue_rows=queue_rows,
+        queue_fig=queue_fig.name if queue_fig else None,
         prov=prov,
         engines_in_study=engines_in_study,
         slot_rows=slot_rows,
