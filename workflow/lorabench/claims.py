@@ -128,6 +128,8 @@ def measure(claim: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, s
     """(measured value or None, note, evidence ids, span of a throughput ratio over the repetitions)."""
     if claim["measure"]["kind"] == "ratio":
         return _ratio(claim["measure"], ctx, fallback)
+    if claim["measure"]["kind"] == "adapter_scaling":
+        return _adapter_scaling(claim["measure"], ctx)
     return (*_single(claim, ctx, fallback), None)
 
 
@@ -147,6 +149,51 @@ def _ratio(m: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, str, l
             100.0 * (num["throughput_max"] / den["throughput_min"] - 1),
         )
     return 100.0 * (a / b - 1), note, [_evidence(num), _evidence(den)], span
+
+
+def _adapter_count(row: dict[str, Any]) -> int:
+    return len({a for a in str(row.get("adapters") or "").split("|") if a and a != "base"})
+
+
+def _adapter_scaling(m: dict[str, Any], ctx: Context) -> tuple[Any, str, list[str], Span]:
+    """Throughput with the most adapters against the fewest, on one server, one assignment (``assignment``) and
+    its largest burst: (most/fewest - 1) x 100 with the span the repetitions allow. The server is the one that
+    measured the widest range of adapter counts (ties: the most max_cpu_loras, then the id)."""
+    conds = ctx.summary.get("conditions") or {}
+    rows = [
+        r
+        for r in ctx.rows
+        if r.get("engine") == m.get("engine", r.get("engine"))
+        and (conds.get(r["condition"]) or {}).get("assignment", "cycle") == m["assignment"]
+        and _adapter_count(r) > 0
+    ]
+    if not rows:
+        return None, f"no {m['assignment']} condition over several adapter counts in this study", [], None
+    not_ok = [r for r in rows if r.get("status") != "ok"]
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("throughput_median")]
+    candidates = []
+    for server in sorted({r["server"] for r in ok}):
+        srv = [r for r in ok if r["server"] == server]
+        top = max(r["burst"] for r in srv)
+        at = {_adapter_count(r): r for r in srv if r["burst"] == top}
+        if len(at) >= 2:
+            lo_n, hi_n = min(at), max(at)
+            candidates.append((hi_n / lo_n, at[lo_n].get("max_cpu_loras") or 0, server, at[lo_n], at[hi_n]))
+    if not candidates:
+        why = not_ok[0].get("status") if not_ok else "needs one server measuring two or more adapter counts"
+        return None, str(why), [], None
+    _, _, server, few, many = sorted(candidates, key=lambda c: (-c[0], -c[1], c[2]))[0]
+    value = 100.0 * (many["throughput_median"] / few["throughput_median"] - 1)
+    span = (
+        100.0 * (many["throughput_min"] / few["throughput_max"] - 1),
+        100.0 * (many["throughput_max"] / few["throughput_min"] - 1),
+    )
+    note = (
+        f"{server} (max_loras {few.get('max_loras')}, max_cpu_loras {few.get('max_cpu_loras') or 'default'}), "
+        f"{m['assignment']}, burst {few['burst']}: {_adapter_count(many)} adapters "
+        f"{many['throughput_median']:.0f} tok/s vs {_adapter_count(few)} adapters {few['throughput_median']:.0f} tok/s"
+    )
+    return value, note, [_evidence(many), _evidence(few)], span
 
 
 def _single(claim: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, str, list[str]]:

@@ -143,3 +143,40 @@ def queue_traces(queues: dict[str, Any], out: Path, conditions: list[str]) -> Pa
     fig.savefig(out)
     plt.close(fig)
     return out
+
+
+def adapter_scaling(rows: list[dict[str, Any]], out: Path) -> Path | None:
+    """Throughput (median, 95 % interval) and TTFT p99 against the number of adapters, one line per server and
+    assignment, at each server's largest burst."""
+    rows = [r for r in rows if r.get("status") == "ok" and r.get("throughput_median")]
+    if not rows:
+        return None
+    top = {s: max(r["burst"] for r in rows if r["server"] == s) for s in {r["server"] for r in rows}}
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=110)
+    for server, assignment in sorted({(r["server"], r["assignment"]) for r in rows}):
+        sel = sorted(
+            (r for r in rows if (r["server"], r["assignment"]) == (server, assignment) and r["burst"] == top[server]),
+            key=lambda r: r["n_adapters"],
+        )
+        xs = [r["n_adapters"] for r in sel]
+        ys = [r["throughput_median"] for r in sel]
+        lo = [r["throughput_median"] - (r.get("throughput_ci_lo") or r["throughput_median"]) for r in sel]
+        hi = [(r.get("throughput_ci_hi") or r["throughput_median"]) - r["throughput_median"] for r in sel]
+        label = f"{server} {assignment} (burst {top[server]})"
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=label)
+        p99 = [(r["n_adapters"], r["ttft_p99_ms"]) for r in sel if r.get("ttft_p99_ms") is not None]
+        if p99:
+            ax2.plot([p[0] for p in p99], [p[1] for p in p99], marker="s", label=label)
+    for a in (ax, ax2):
+        a.set_xscale("log", base=2)
+        a.set_xlabel("adapters in the condition")
+        a.grid(alpha=0.3)
+    ax.set_ylabel("output tok/s (median, 95 % interval)")
+    ax.set_title("Throughput against adapter count")
+    ax2.set_ylabel("TTFT p99 (ms)")
+    ax2.set_title("TTFT tail against adapter count")
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out

@@ -93,6 +93,60 @@ def _cell(measured: dict[str, list[dict]], has_deferred: bool) -> dict[str, Any]
     return out
 
 
+def percentile(values: list[float], q: float) -> float | None:
+    """The q-th percentile (0-100) with linear interpolation between order statistics; None without values."""
+    vals = sorted(values)
+    if not vals:
+        return None
+    pos = (len(vals) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(vals) - 1)
+    return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
+
+
+def ttft_tails(records: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
+    """Per condition and burst, the TTFT of the measured (not warm-up) requests that succeeded: median, p90 and
+    p99 over all of them, and the 95 % interval of the per-measurement p90 (the spread behind the tail)."""
+    by_cell: dict[tuple[str, int], dict[str, list[float]]] = {}
+    for r in records:
+        if r.get("warmup") or r.get("error") or r.get("ttft_s") is None:
+            continue
+        by_cell.setdefault((r["condition"], int(r["burst"])), {}).setdefault(r["measurement_id"], []).append(
+            1000.0 * float(r["ttft_s"])
+        )
+    out = {}
+    for key, per in by_cell.items():
+        pooled = [v for vals in per.values() for v in vals]
+        p90s = [p for vals in per.values() if (p := percentile(vals, 90)) is not None]
+        iv = MedianInterval.of(p90s)
+        out[key] = {
+            "ttft_requests": len(pooled),
+            "ttft_p50_ms": percentile(pooled, 50),
+            "ttft_p90_ms": percentile(pooled, 90),
+            "ttft_p99_ms": percentile(pooled, 99),
+            "ttft_p90_lo_ms": iv.lo if iv.n else None,
+            "ttft_p90_hi_ms": iv.hi if iv.n else None,
+        }
+    return out
+
+
+def adapter_sets(rows: list[dict[str, Any]], engine: Any, starts: dict[str, float]) -> dict[str, dict[str, set[str]]]:
+    """Per measurement id, the adapter sets the engine listed as running, and every adapter among them: how many
+    sets the batch went through traces adapters swapped in and out. vLLM's lora_requests_info keeps one series per
+    set ever seen, valued with the time it was last current; only those current after the measurement's first
+    request (``starts``: epoch seconds per measurement id) count. Without a start, nothing counts."""
+    out: dict[str, dict[str, set[str]]] = {}
+    for r in rows:
+        sets = engine.lora_sets(r)
+        start = starts.get(r["measurement_id"])
+        if sets is None or not sets[0] or start is None or float(r["value"]) < start:
+            continue
+        cell = out.setdefault(r["measurement_id"], {"sets": set(), "adapters": set()})
+        cell["sets"].add(sets[0])
+        cell["adapters"].update(a for a in sets[0].split(",") if a)
+    return out
+
+
 def _traces(measured: dict[str, list[dict]]) -> list[list[list[float]]]:
     """Up to MAX_TRACES measurements' series as [seconds since the measurement's first sample, running,
     waiting, deferred] rows, for the plot."""
@@ -105,8 +159,14 @@ def _traces(measured: dict[str, list[dict]]) -> list[list[list[float]]]:
     return out
 
 
-def server_queues(rows: list[dict[str, Any]], facts: dict[str, Any], conditions: dict[str, Any]) -> dict[str, Any]:
-    """One server's queue figures per condition and burst (from its metrics.jsonl rows and facts.json)."""
+def server_queues(
+    rows: list[dict[str, Any]],
+    facts: dict[str, Any],
+    conditions: dict[str, Any],
+    records: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """One server's queue figures per condition and burst (from its metrics.jsonl rows and facts.json), with the
+    TTFT tail of its measured requests (records.jsonl) and the running adapter sets the engine listed."""
     cfg = facts.get("config") or {}
     cells: list[dict[str, Any]] = []
     head: dict[str, Any] = {
@@ -124,6 +184,13 @@ def server_queues(rows: list[dict[str, Any]], facts: dict[str, Any], conditions:
     has_deferred = "deferred" in names.values()
     head["reports"] = [s for s in SERIES if s in names.values()]
     series = series_by_measurement(rows, names)
+    tails = ttft_tails(records or [])
+    starts: dict[str, float] = {}
+    for rec in records or []:
+        if rec.get("wall_start") is not None:
+            mid = rec["measurement_id"]
+            starts[mid] = min(starts.get(mid, float("inf")), float(rec["wall_start"]))
+    running_sets = adapter_sets(rows, engine, starts)
     groups: dict[tuple[str, int, bool], dict[str, list[dict]]] = {}
     for mid, pts in series.items():
         cond, burst, warm = parse_measurement_id(mid)
@@ -134,12 +201,17 @@ def server_queues(rows: list[dict[str, Any]], facts: dict[str, Any], conditions:
         if not any(busy(p) for p in measured.values()):
             measured, source = groups.get((cond, burst, True), {}), "warm-up bursts"
         adapters = (conditions.get(cond) or {}).get("adapters") or []
+        seen = [v for mid, v in running_sets.items() if parse_measurement_id(mid)[:2] == (cond, burst)]
         cell = {
             "condition": cond,
             "burst": burst,
             "distinct_adapters": len({a for a in adapters if a != "base"}),
             "source": source,
             **_cell(measured, has_deferred),
+            "assignment": (conditions.get(cond) or {}).get("assignment", "cycle"),
+            **tails.get((cond, burst), {}),
+            "running_sets_seen": len(set().union(*(v["sets"] for v in seen))) if seen else None,
+            "adapters_seen_running": len(set().union(*(v["adapters"] for v in seen))) if seen else None,
             "traces": _traces({k: v for k, v in measured.items() if busy(v)}),
         }
         cells.append(cell)
@@ -147,14 +219,21 @@ def server_queues(rows: list[dict[str, Any]], facts: dict[str, Any], conditions:
 
 
 def aggregate(
-    metric_files: list[str], fact_files: list[str], conditions: dict[str, Any], out: str | Path
+    metric_files: list[str],
+    fact_files: list[str],
+    conditions: dict[str, Any],
+    out: str | Path,
+    record_files: list[str] | None = None,
 ) -> dict[str, Any]:
     """Every server's queue figures and the cliff comparisons, written to ``out`` (queues.json)."""
     servers = []
-    for mf, ff in zip(sorted(metric_files), sorted(fact_files), strict=True):
+    recs = sorted(record_files) if record_files else [None] * len(metric_files)
+    for mf, ff, rf in zip(sorted(metric_files), sorted(fact_files), recs, strict=True):
         facts = read_json(ff)
-        rows = list(read_jsonl(mf)) if facts.get("status") == "ok" else []
-        servers.append(server_queues(rows, facts, conditions))
+        ok = facts.get("status") == "ok"
+        rows = list(read_jsonl(mf)) if ok else []
+        records = list(read_jsonl(rf)) if ok and rf else []
+        servers.append(server_queues(rows, facts, conditions, records))
     result = {"servers": servers, "cliffs": cliffs(servers)}
     write_json(out, result)
     return result

@@ -100,6 +100,8 @@ def render_report(
         for c in s["cells"]
         if c["condition"] != "base"
     ]
+    many_rows = many_adapter_rows(rows, queues, config.get("conditions", {}))
+    many_fig = plots.adapter_scaling(many_rows, out_dir / "many_adapters.png")
     prov = provenance.collect(config, model, adapters, envs, summary.get("server_facts_raw", {}))
     write_json(out_provenance, prov)
     engines_in_study = sorted({r["engine"] for r in rows})
@@ -128,6 +130,9 @@ def render_report(
         queues=queues,
         queue_rows=queue_rows,
         queue_fig=queue_fig.name if queue_fig else None,
+        many_rows=many_rows,
+        many_fig=many_fig.name if many_fig else None,
+        scaling_verdicts=[c for c in verdicts["claims"] if c["measure"]["kind"] == "adapter_scaling"],
         prov=prov,
         engines_in_study=engines_in_study,
         slot_rows=slot_rows,
@@ -140,6 +145,33 @@ def render_report(
     )
     write_text_atomic(out_html, html)
     log.info("report: %s (%d rows, %d claims)", out_html, len(rows), len(verdicts["claims"]))
+
+
+POPULARITY = ("uniform", "distinct", "zipf")
+
+
+def many_adapter_rows(
+    rows: list[dict[str, Any]], queues: dict[str, Any], conditions: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Summary rows of the conditions drawn from a popularity distribution (uniform, distinct, zipf), joined with
+    the TTFT tail and adapter sets of queues.json, ordered by server, assignment and adapter count."""
+    cells = {(s["server"], c["condition"], c["burst"]): c for s in queues.get("servers", []) for c in s["cells"]}
+    out = []
+    for r in rows:
+        cond = conditions.get(r["condition"]) or {}
+        if cond.get("assignment") not in POPULARITY:
+            continue
+        c = cells.get((r["server"], r["condition"], r["burst"]), {})
+        out.append(
+            {
+                **r,
+                "assignment": cond["assignment"],
+                "n_adapters": len({a for a in cond.get("adapters", []) if a != "base"}),
+                **{k: v for k, v in c.items() if k.startswith("ttft") or k.endswith("_seen") or k.endswith("running")},
+                "deferred_mean": c.get("deferred_mean"),
+            }
+        )
+    return sorted(out, key=lambda r: (r["server"], r["assignment"], r["burst"], r["n_adapters"]))
 
 
 def _span_text(lo: float | None, hi: float | None) -> str:

@@ -27,6 +27,9 @@ rule queues_summary:
         facts=expand(
             "results/servers/{server}/facts.json", server=sorted(config["servers"])
         ),
+        records=expand(
+            "results/servers/{server}/records.jsonl", server=sorted(config["servers"])
+        ),
         code=code("queues", "stats", "engines"),
     output:
         queues="results/queues/queues.json",

@@ -7,6 +7,12 @@ from lorabench.queues import aggregate, cliff_sentence
 
 log = setup_job_logging(snakemake.log[0])  # noqa: F821
 sm = snakemake  # noqa: F821
-result = aggregate(list(sm.input.metrics), list(sm.input.facts), json.loads(sm.params.conditions), sm.output.queues)
+result = aggregate(
+    list(sm.input.metrics),
+    list(sm.input.facts),
+    json.loads(sm.params.conditions),
+    sm.output.queues,
+    list(sm.input.records),
+)
 for c in result["cliffs"]:
     log.info("%s", cliff_sentence(c))
