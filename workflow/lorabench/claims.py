@@ -91,6 +91,11 @@ def _matches(row: dict[str, Any], sel: dict[str, Any], ignore_burst: bool = Fals
 def select_row(ctx: Context, sel: dict[str, Any], allow_burst_fallback: bool) -> tuple[dict[str, Any] | None, str]:
     """The measured row a selector names; with fallback, the largest measured burst when the exact one is absent.
     Returns (row, note); row None with the reason in note."""
+    if sel.get("burst") == "largest":  # the largest burst the matching rows measured
+        sel = {k: v for k, v in sel.items() if k != "burst"}
+        measured = [r for r in ctx.rows if _matches(r, sel) and r.get("status") == "ok"]
+        if measured:
+            sel = {**sel, "burst": max(r["burst"] for r in measured)}
     exact = [r for r in ctx.rows if _matches(r, sel)]
     ok = [r for r in exact if r.get("status") == "ok" and r.get("throughput_median") is not None]
     if ok:
@@ -468,6 +473,16 @@ def evaluate(claims: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]
         else:
             verdict = rule_result or "not run"
             why = note
+            rule = claim["rule"]
+            if span and verdict in ("reproduced", "contradicted") and rule.get("decisive") and "value" in rule:
+                # a threshold claim is decided only when the whole span of the repetitions lies on one side
+                t = float(rule["value"])
+                if span[0] <= t <= span[1]:
+                    verdict = "inconclusive"
+                    why = (
+                        f"median {_fmt(value)}% ({rule_result} by the rule), but our repetitions span "
+                        f"{span[0]:.1f}% to {span[1]:.1f}%, across {t:g}%" + (f"; {note}" if note else "")
+                    )
             if span and verdict in ("direction only", "contradicted"):
                 c = claim["claimed"]
                 lo, hi = (c["low"], c["high"]) if "low" in c else (c.get("value"), c.get("value"))

@@ -131,6 +131,7 @@ def render_report(
         queue_rows=queue_rows,
         queue_fig=queue_fig.name if queue_fig else None,
         many_rows=many_rows,
+        ranks=rank_rows(rows, adapters),
         many_fig=many_fig.name if many_fig else None,
         scaling_verdicts=[c for c in verdicts["claims"] if c["measure"]["kind"] == "adapter_scaling"],
         prov=prov,
@@ -145,6 +146,66 @@ def render_report(
     )
     write_text_atomic(out_html, html)
     log.info("report: %s (%d rows, %d claims)", out_html, len(rows), len(verdicts["claims"]))
+
+
+def rank_rows(rows: list[dict[str, Any]], adapters: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Cost per rank and targets: each one-adapter condition against the same server's base model, and the cost
+    of rank headroom: the same condition on servers of one engine started with different max_lora_rank (the
+    larger over the smaller). Empty unless the study varies rank, targets or max_lora_rank."""
+    man = {a["name"]: a for a in adapters}
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("throughput_median") and r.get("lora")]
+    single = [r for r in ok if len(r.get("adapters", "").split("|")) == 1 and r.get("adapters") in man]
+    kinds = {(man[r["adapters"]]["rank"], tuple(man[r["adapters"]]["target_modules"])) for r in single}
+    headroom_engines = {
+        e for e in {r["engine"] for r in ok} if len({r.get("max_lora_rank") for r in ok if r["engine"] == e}) > 1
+    }
+    if len(kinds) < 2 and not headroom_engines:
+        return {"cost": [], "headroom": []}
+    cost = []
+    for r in single:
+        base = next(
+            (b for b in ok if b["server"] == r["server"] and b["burst"] == r["burst"] and b["condition"] == "base"),
+            None,
+        )
+        a = man[r["adapters"]]
+        row = {"server": r["server"], "engine": r["engine"], "max_lora_rank": r.get("max_lora_rank"),
+               "condition": r["condition"], "burst": r["burst"], "rank": a["rank"],
+               "targets": ",".join(t.removesuffix("_proj") for t in a["target_modules"]),
+               "params": a["trainable_parameters"], "tok_s": r["throughput_median"]}  # fmt: skip
+        if base:
+            m, lo, hi = _ratio(r, base)
+            row.update(pct=m, lo=lo, hi=hi, finding=_stable(lo, hi))
+        cost.append(row)
+    headroom = []
+    for engine in sorted(headroom_engines):
+        eng = [r for r in single if r["engine"] == engine]
+        for cond, burst in sorted({(r["condition"], r["burst"]) for r in eng}):
+            by_rank = sorted((r for r in eng if (r["condition"], r["burst"]) == (cond, burst)),
+                             key=lambda r: r.get("max_lora_rank") or 0)  # fmt: skip
+            if len(by_rank) < 2 or by_rank[0].get("max_lora_rank") == by_rank[-1].get("max_lora_rank"):
+                continue
+            small, big = by_rank[0], by_rank[-1]
+            m, lo, hi = _ratio(big, small)
+            headroom.append(
+                {
+                    "engine": engine,
+                    "condition": cond,
+                    "burst": burst,
+                    "rank": man[small["adapters"]]["rank"],
+                    "small": small["server"],
+                    "small_rank": small.get("max_lora_rank"),
+                    "big": big["server"],
+                    "big_rank": big.get("max_lora_rank"),
+                    "small_tok_s": small["throughput_median"],
+                    "big_tok_s": big["throughput_median"],
+                    "pct": m,
+                    "lo": lo,
+                    "hi": hi,
+                    "finding": _stable(lo, hi),
+                }
+            )
+    cost.sort(key=lambda r: (r["server"], r["burst"], r["rank"], r["targets"]))
+    return {"cost": cost, "headroom": headroom}
 
 
 POPULARITY = ("uniform", "distinct", "zipf")
