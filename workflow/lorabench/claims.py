@@ -163,7 +163,7 @@ def _adapter_count(row: dict[str, Any]) -> int:
 def _adapter_scaling(m: dict[str, Any], ctx: Context) -> tuple[Any, str, list[str], Span]:
     """Throughput with the most adapters against the fewest, on one server, one assignment (``assignment``) and
     its largest burst: (most/fewest - 1) x 100 with the span the repetitions allow. The server is the one that
-    measured the widest range of adapter counts (ties: the most max_cpu_loras, then the id)."""
+    measured the widest range of adapter counts (ties: the most slots, the most max_cpu_loras, then the id)."""
     conds = ctx.summary.get("conditions") or {}
     rows = [
         r
@@ -183,11 +183,12 @@ def _adapter_scaling(m: dict[str, Any], ctx: Context) -> tuple[Any, str, list[st
         at = {_adapter_count(r): r for r in srv if r["burst"] == top}
         if len(at) >= 2:
             lo_n, hi_n = min(at), max(at)
-            candidates.append((hi_n / lo_n, at[lo_n].get("max_cpu_loras") or 0, server, at[lo_n], at[hi_n]))
+            slots = at[lo_n].get("max_loras") or 0
+            candidates.append((hi_n / lo_n, slots, at[lo_n].get("max_cpu_loras") or 0, server, at[lo_n], at[hi_n]))
     if not candidates:
         why = not_ok[0].get("status") if not_ok else "needs one server measuring two or more adapter counts"
         return None, str(why), [], None
-    _, _, server, few, many = sorted(candidates, key=lambda c: (-c[0], -c[1], c[2]))[0]
+    _, _, _, server, few, many = sorted(candidates, key=lambda c: (-c[0], -c[1], -c[2], c[3]))[0]
     value = 100.0 * (many["throughput_median"] / few["throughput_median"] - 1)
     span = (
         100.0 * (many["throughput_min"] / few["throughput_max"] - 1),
@@ -198,6 +199,9 @@ def _adapter_scaling(m: dict[str, Any], ctx: Context) -> tuple[Any, str, list[st
         f"{m['assignment']}, burst {few['burst']}: {_adapter_count(many)} adapters "
         f"{many['throughput_median']:.0f} tok/s vs {_adapter_count(few)} adapters {few['throughput_median']:.0f} tok/s"
     )
+    slots = few.get("max_loras")
+    if slots and min(_adapter_count(many), many["burst"]) > slots:
+        note += f"; a burst can hold more distinct adapters than the {slots} slots (S-LoRA has no such per-batch cap)"
     return value, note, [_evidence(many), _evidence(few)], span
 
 

@@ -167,8 +167,11 @@ def adapter_scaling(rows: list[dict[str, Any]], out: Path) -> Path | None:
         p99 = [(r["n_adapters"], r["ttft_p99_ms"]) for r in sel if r.get("ttft_p99_ms") is not None]
         if p99:
             ax2.plot([p[0] for p in p99], [p[1] for p in p99], marker="s", label=label)
+    counts = sorted({r["n_adapters"] for r in rows})
     for a in (ax, ax2):
         a.set_xscale("log", base=2)
+        a.set_xticks(counts, [str(n) for n in counts])
+        a.minorticks_off()
         a.set_xlabel("adapters in the condition")
         a.grid(alpha=0.3)
     ax.set_ylabel("output tok/s (median, 95 % interval)")
