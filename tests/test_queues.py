@@ -6,8 +6,6 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-import pytest
-
 from lorabench import plots, queues
 from lorabench.claims import Context, evaluate, load_claims
 from lorabench.io import read_json, write_json, write_jsonl
@@ -143,12 +141,3 @@ def test_queue_plot_renders(tmp_path):
     out = plots.queue_traces(q, tmp_path / "queues.png", ["a", "ab", "abc"])
     assert out and out.stat().st_size > 5000
     assert plots.queue_traces({"servers": []}, tmp_path / "none.png", ["a"]) is None
-
-
-@pytest.mark.parametrize("name", ["slot-queues.yaml", "slot-queues-cpu.yaml"])
-def test_study_configs_load(name):
-    from lorabench.config import load_file
-
-    cfg = load_file(ROOT / "config" / "studies" / name)
-    assert cfg["harness"]["metrics"] == "during"
-    assert {s["max_loras"] for s in cfg["servers"].values()} >= {2, 4}
