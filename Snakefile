@@ -8,6 +8,7 @@
 #   results/servers/{server}/           per server job: records.jsonl (per request), measurements.jsonl,
 #                                       metrics.jsonl, facts.json, server.log
 #   results/runtime_load/{server}/      runtime adapter loading: load.json, records.jsonl, server.log
+#   results/queues/queues.json          batch size and queues per server, condition and burst (engine metrics)
 #   results/summary/                    tidy CSV tables (measurements, summary, server facts) + summary.json
 #   results/claims/verdicts.json        every claim with its computed verdict
 #   results/report/index.html           the report (plots beside it)
@@ -30,6 +31,7 @@ localrules:
     all,
     workload_requests,
     summary_aggregate,
+    queues_summary,
     claims_evaluate,
     report_render,
     bundle_archive,

@@ -189,6 +189,7 @@ def test_engine_version_bump_plans_only_that_engine(study: Path, tmp_path: Path)
         "server_loadtest": 3,
         "runtime_load": 1,
         "summary_aggregate": 1,
+        "queues_summary": 1,
         "claims_evaluate": 1,
         "report_render": 1,
         "bundle_archive": 1,
@@ -207,6 +208,7 @@ def test_server_edit_plans_only_that_server(study: Path, tmp_path: Path):
     assert jobs == {
         "server_loadtest": 1,
         "summary_aggregate": 1,
+        "queues_summary": 1,
         "claims_evaluate": 1,
         "report_render": 1,
         "bundle_archive": 1,

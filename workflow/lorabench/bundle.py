@@ -103,5 +103,6 @@ def render_from_bundle(bundle: Path, out_dir: Path) -> Path:
             env_paths=sorted(str(p) for p in (r / "results/envs").glob("*.json")),
             out_html=html,
             out_provenance=out_dir / "provenance.json",
+            queues_path=str(q) if (q := r / "results/queues/queues.json").exists() else None,
         )
     return html

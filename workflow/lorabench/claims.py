@@ -34,6 +34,12 @@ log = logging.getLogger(__name__)
 VERDICTS = ("reproduced", "direction only", "inconclusive", "contradicted", "not comparable", "not run")
 ABSOLUTE_UNITS = ("tok_s", "MiB", "s", "ms")
 Span = tuple[float, float] | None  # for throughput ratios: the span the two medians' 95 % intervals allow
+
+
+class Inconclusive(str):
+    """A behaviour probe's answer when the data cannot tell (intervals overlap); the text says why."""
+
+
 _METRIC_COLS = {
     "throughput_tok_s": "throughput_median",
     "itl_median_ms": "itl_median_ms",
@@ -52,8 +58,11 @@ class Context:
         model: dict[str, Any],
         adapters: list[dict[str, Any]],
         reference_arch: dict[str, Any] | None = None,
+        queues: dict[str, Any] | None = None,
     ):
         self.summary = summary
+        # Batch size and queues per server and condition (results/queues/queues.json), for claims about why.
+        self.queues = queues
         # The source's architecture (Qwen3-1.7B), for claims about its adapter sizes; an input of the rule.
         self.reference_arch = reference_arch
         self.rows: list[dict[str, Any]] = summary.get("rows", [])
@@ -82,6 +91,11 @@ def _matches(row: dict[str, Any], sel: dict[str, Any], ignore_burst: bool = Fals
 def select_row(ctx: Context, sel: dict[str, Any], allow_burst_fallback: bool) -> tuple[dict[str, Any] | None, str]:
     """The measured row a selector names; with fallback, the largest measured burst when the exact one is absent.
     Returns (row, note); row None with the reason in note."""
+    if sel.get("burst") == "largest":  # the largest burst the matching rows measured
+        sel = {k: v for k, v in sel.items() if k != "burst"}
+        measured = [r for r in ctx.rows if _matches(r, sel) and r.get("status") == "ok"]
+        if measured:
+            sel = {**sel, "burst": max(r["burst"] for r in measured)}
     exact = [r for r in ctx.rows if _matches(r, sel)]
     ok = [r for r in exact if r.get("status") == "ok" and r.get("throughput_median") is not None]
     if ok:
@@ -119,6 +133,8 @@ def measure(claim: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, s
     """(measured value or None, note, evidence ids, span of a throughput ratio over the repetitions)."""
     if claim["measure"]["kind"] == "ratio":
         return _ratio(claim["measure"], ctx, fallback)
+    if claim["measure"]["kind"] == "adapter_scaling":
+        return _adapter_scaling(claim["measure"], ctx)
     return (*_single(claim, ctx, fallback), None)
 
 
@@ -138,6 +154,53 @@ def _ratio(m: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, str, l
     return 100.0 * (a / b - 1), note, [_evidence(num), _evidence(den)], span
 
 
+def _adapter_count(row: dict[str, Any]) -> int:
+    return len({a for a in str(row.get("adapters") or "").split("|") if a and a != "base"})
+
+
+def _adapter_scaling(m: dict[str, Any], ctx: Context) -> tuple[Any, str, list[str], Span]:
+    """Throughput with the most adapters against the fewest, on one server, one assignment (``assignment``) and
+    its largest burst: (most/fewest - 1) x 100 with the span the two medians' 95 % intervals allow. The server is
+    the one that measured the widest range of adapter counts (ties: the most slots, the most max_cpu_loras, then the id)."""
+    conds = ctx.summary.get("conditions") or {}
+    rows = [
+        r
+        for r in ctx.rows
+        if r.get("engine") == m.get("engine", r.get("engine"))
+        and (conds.get(r["condition"]) or {}).get("assignment", "cycle") == m["assignment"]
+        and _adapter_count(r) > 0
+    ]
+    if not rows:
+        return None, f"no {m['assignment']} condition over several adapter counts in this study", [], None
+    not_ok = [r for r in rows if r.get("status") != "ok"]
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("throughput_median")]
+    candidates = []
+    for server in sorted({r["server"] for r in ok}):
+        srv = [r for r in ok if r["server"] == server]
+        top = max(r["burst"] for r in srv)
+        at = {_adapter_count(r): r for r in srv if r["burst"] == top}
+        if len(at) >= 2:
+            lo_n, hi_n = min(at), max(at)
+            slots = at[lo_n].get("max_loras") or 0
+            candidates.append((hi_n / lo_n, slots, at[lo_n].get("max_cpu_loras") or 0, server, at[lo_n], at[hi_n]))
+    if not candidates:
+        why = not_ok[0].get("status") if not_ok else "needs one server measuring two or more adapter counts"
+        return None, str(why), [], None
+    _, _, _, server, few, many = sorted(candidates, key=lambda c: (-c[0], -c[1], -c[2], c[3]))[0]
+    value = 100.0 * (many["throughput_median"] / few["throughput_median"] - 1)
+    r = ratio_span(many, few)
+    span = (r[1], r[2]) if r and r[1] == r[1] else None
+    note = (
+        f"{server} (max_loras {few.get('max_loras')}, max_cpu_loras {few.get('max_cpu_loras') or 'default'}), "
+        f"{m['assignment']}, burst {few['burst']}: {_adapter_count(many)} adapters "
+        f"{many['throughput_median']:.0f} tok/s vs {_adapter_count(few)} adapters {few['throughput_median']:.0f} tok/s"
+    )
+    slots = few.get("max_loras")
+    if slots and min(_adapter_count(many), many["burst"]) > slots:
+        note += f"; a burst can hold more distinct adapters than the {slots} slots (S-LoRA has no such per-batch cap)"
+    return value, note, [_evidence(many), _evidence(few)], span
+
+
 def _single(claim: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, str, list[str]]:
     m = claim["measure"]
     kind = m["kind"]
@@ -150,6 +213,8 @@ def _single(claim: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, s
         return _metric(row, m["metric"]), note, [_evidence(row)]
     if kind == "artifact":
         return _artifact(m["key"], ctx)
+    if kind == "probe" and m["probe"] == "slot_shortage_defers":
+        return _slot_shortage_defers(ctx, m.get("engine"))
     if kind == "probe":
         return _probe(m["probe"], ctx)
     if kind == "server_fact":
@@ -270,6 +335,27 @@ def _probe(name: str, ctx: Context) -> tuple[Any, str, list[str]]:
     raise ValueError(f"unknown probe {name!r}")
 
 
+def _slot_shortage_defers(ctx: Context, engine: str | None) -> tuple[Any, str, list[str]]:
+    """With more distinct adapters than slots, are requests held back (deferred, or waiting where the engine has
+    no deferral gauge) and is the running batch smaller than on enough slots, beyond both 95 % intervals?"""
+    from .queues import cliff_sentence
+
+    if ctx.queues is None:
+        return None, "no queue figures in this study", []
+    cliffs = [c for c in ctx.queues.get("cliffs") or [] if engine in (None, c["engine"])]
+    if not cliffs:
+        return None, "needs two LoRA servers of one engine with different slots and a condition between them", []
+    c = cliffs[0]
+    evidence = [f"queues:{c['few']['server']}/{c['condition']}/{c['burst']}", f"queues:{c['many']['server']}"]
+    text = cliff_sentence(c)
+    if c["finding"] == "too few samples":
+        return None, text, []
+    if c["finding"] == "overlap":
+        return Inconclusive(text), text, evidence
+    held = (c.get("queued_few") or 0) > 0
+    return (c["finding"] == "smaller batch" and held), text, evidence
+
+
 def _server_fact(fact: str, sel: dict[str, Any], ctx: Context) -> tuple[Any, str, list[str]]:
     col = {
         "gpu_memory_mib": "gpu_mem_ready_mib",
@@ -367,8 +453,12 @@ def evaluate(claims: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]
     for claim in claims:
         reason = comparability(claim, ctx)
         value, note, evidence, span = measure(claim, ctx, fallback=bool(reason))
-        rule_result = None if value is None else apply_rule(claim, value)
-        if claim["measure"]["kind"] == "none":
+        rule_result = None if value is None or isinstance(value, Inconclusive) else apply_rule(claim, value)
+        if isinstance(value, Inconclusive):
+            verdict = "not comparable" if reason else "inconclusive"
+            why = f"{reason}. {note}" if reason else note
+            value = None
+        elif claim["measure"]["kind"] == "none":
             verdict = "not comparable"
             why = f"{reason}: {note}"
         elif value is None:
@@ -383,6 +473,16 @@ def evaluate(claims: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]
         else:
             verdict = rule_result or "not run"
             why = note
+            rule = claim["rule"]
+            if span and verdict in ("reproduced", "contradicted") and rule.get("decisive") and "value" in rule:
+                # a threshold claim is decided only when the whole span of the intervals lies on one side
+                t = float(rule["value"])
+                if span[0] <= t <= span[1]:
+                    verdict = "inconclusive"
+                    why = (
+                        f"median {_fmt(value)}% ({rule_result} by the rule), but our intervals span "
+                        f"{span[0]:.1f}% to {span[1]:.1f}%, across {t:g}%" + (f"; {note}" if note else "")
+                    )
             if span and verdict in ("direction only", "contradicted"):
                 c = claim["claimed"]
                 lo, hi = (c["low"], c["high"]) if "low" in c else (c.get("value"), c.get("value"))
@@ -447,9 +547,11 @@ def evaluate_file(
     adapter_paths: list[str],
     out_path: str,
     reference_arch_path: str | None = None,
+    queues_path: str | None = None,
 ) -> list[dict[str, Any]]:
     ref = read_json(reference_arch_path) if reference_arch_path else None
-    ctx = Context(read_json(summary_path), read_json(model_path), [read_json(p) for p in adapter_paths], ref)
+    queues = read_json(queues_path) if queues_path else None
+    ctx = Context(read_json(summary_path), read_json(model_path), [read_json(p) for p in adapter_paths], ref, queues)
     results = evaluate(load_claims(claims_path), ctx)
     counts = {v: sum(r["verdict"] == v for r in results) for v in VERDICTS}
     write_json(

@@ -148,8 +148,53 @@ def check_references(config: dict[str, Any]) -> None:
         raise ConfigError(f"claims: file {config['claims']} not found")
 
 
+def family_member(family: str, i: int) -> str:
+    return f"{family}-{i:03d}"
+
+
+def expand_families(config: dict[str, Any]) -> None:
+    """Adapter families into plain adapters, and conditions naming a family into adapter lists, in place (so
+    every later reader sees ordinary adapters). Running it again on its own result changes nothing."""
+    adapters = config["adapters"]
+    families = config.get("adapter_families") or {}
+    for fname, fam in families.items():
+        for i in range(fam["count"]):
+            name = family_member(fname, i)
+            spec = {
+                "rank": fam["rank"],
+                "alpha": fam["alpha"],
+                "target_modules": list(fam["target_modules"]),
+                "init_lora_b_std": fam["init_lora_b_std"],
+                "seed": fam["seed_base"] + i,
+            }
+            if name in adapters and adapters[name] != spec:
+                raise ConfigError(f"adapter_families.{fname}: member {name!r} clashes with adapters.{name}")
+            adapters[name] = spec
+    for cname, cond in config["conditions"].items():
+        fam_ref = cond.get("family")
+        if not fam_ref:
+            continue
+        fname = fam_ref["name"]
+        if fname not in families:
+            raise ConfigError(
+                f"conditions.{cname}.family.name: unknown adapter family {fname!r} (known: {sorted(families)})"
+            )
+        if fam_ref["count"] > families[fname]["count"]:
+            raise ConfigError(
+                f"conditions.{cname}.family.count: {fam_ref['count']} is more than adapter_families.{fname}.count "
+                f"({families[fname]['count']})"
+            )
+        members = [family_member(fname, i) for i in range(fam_ref["count"])]
+        if "adapters" in cond and cond["adapters"] != members:
+            raise ConfigError(f"conditions.{cname}: give either adapters or family, not both")
+        cond["adapters"] = members
+    if not adapters:
+        raise ConfigError("adapters: none declared (give adapters or adapter_families)")
+
+
 def load_and_check(config: dict[str, Any]) -> dict[str, Any]:
     validate_schema(config)
+    expand_families(config)
     check_references(config)
     return config
 

@@ -94,3 +94,92 @@ def latency_spread(measurements: list[dict[str, Any]], out: Path, metric: str, l
     fig.savefig(out)
     plt.close(fig)
     return out
+
+
+def queue_traces(queues: dict[str, Any], out: Path, conditions: list[str]) -> Path | None:
+    """Requests running (the batch), waiting and deferred over time within measurements, one panel per LoRA
+    server (by slots) and condition, at each server's largest burst; several measurements overlaid."""
+    servers = sorted(
+        (s for s in queues.get("servers", []) if s.get("lora") and s.get("status") == "ok"),
+        key=lambda s: (s["engine"], s.get("max_loras") or 0, s["server"]),
+    )
+    panels: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    for s in servers:
+        traced = [c for c in s["cells"] if c.get("traces") and c["condition"] in conditions]
+        if not traced:
+            continue
+        top = max(c["burst"] for c in traced)
+        panels.append(
+            (s, sorted((c for c in traced if c["burst"] == top), key=lambda c: conditions.index(c["condition"])))
+        )
+    if not panels:
+        return None
+    ncols = max(len(cells) for _, cells in panels)
+    fig, axes = plt.subplots(len(panels), ncols, figsize=(3.2 * ncols, 2.4 * len(panels)), dpi=110, squeeze=False)
+    styles = (("running", 1, "-", "tab:blue"), ("waiting", 2, "--", "tab:orange"), ("deferred", 3, ":", "tab:red"))
+    for i, (s, cells) in enumerate(panels):
+        for j in range(ncols):
+            ax = axes[i][j]
+            if j >= len(cells):
+                ax.axis("off")
+                continue
+            c = cells[j]
+            for k, trace in enumerate(c["traces"]):
+                t = [p[0] for p in trace]
+                for name, col, ls, color in styles:
+                    if name not in s.get("reports", []):
+                        continue
+                    ax.step(t, [p[col] for p in trace], where="post", ls=ls, color=color, alpha=0.8,
+                            label=name if k == 0 else None)  # fmt: skip
+            ax.set_title(f"{s['server']} ({s['max_loras']} slots): {c['condition']}, burst {c['burst']}", fontsize=8)
+            ax.set_xlabel("s since measurement start", fontsize=7)
+            ax.set_ylabel("requests", fontsize=7)
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3)
+            if i == 0 and j == 0:
+                ax.legend(fontsize=7)
+    fig.suptitle("Batch (running) and queues (waiting, deferred for a slot) within measurements", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def adapter_scaling(rows: list[dict[str, Any]], out: Path) -> Path | None:
+    """Throughput (median, 95 % interval) and TTFT p99 against the number of adapters, one line per server and
+    assignment, at each server's largest burst."""
+    rows = [r for r in rows if r.get("status") == "ok" and r.get("throughput_median")]
+    if not rows:
+        return None
+    top = {s: max(r["burst"] for r in rows if r["server"] == s) for s in {r["server"] for r in rows}}
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=110)
+    for server, assignment in sorted({(r["server"], r["assignment"]) for r in rows}):
+        sel = sorted(
+            (r for r in rows if (r["server"], r["assignment"]) == (server, assignment) and r["burst"] == top[server]),
+            key=lambda r: r["n_adapters"],
+        )
+        xs = [r["n_adapters"] for r in sel]
+        ys = [r["throughput_median"] for r in sel]
+        lo = [r["throughput_median"] - (r.get("throughput_ci_lo") or r["throughput_median"]) for r in sel]
+        hi = [(r.get("throughput_ci_hi") or r["throughput_median"]) - r["throughput_median"] for r in sel]
+        label = f"{server} {assignment} (burst {top[server]})"
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=label)
+        p99 = [(r["n_adapters"], r["ttft_p99_ms"]) for r in sel if r.get("ttft_p99_ms") is not None]
+        if p99:
+            ax2.plot([p[0] for p in p99], [p[1] for p in p99], marker="s", label=label)
+    counts = sorted({r["n_adapters"] for r in rows})
+    for a in (ax, ax2):
+        a.set_xscale("log", base=2)
+        a.set_xticks(counts, [str(n) for n in counts])
+        a.minorticks_off()
+        a.set_xlabel("adapters in the condition")
+        a.grid(alpha=0.3)
+    ax.set_ylabel("output tok/s (median, 95 % interval)")
+    ax.set_title("Throughput against adapter count")
+    ax2.set_ylabel("TTFT p99 (ms)")
+    ax2.set_title("TTFT tail against adapter count")
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out

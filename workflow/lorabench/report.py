@@ -14,6 +14,7 @@ import jinja2
 
 from . import plots, provenance, stats
 from .io import read_json, write_json, write_text_atomic
+from .queues import cliff_sentence
 
 log = logging.getLogger(__name__)
 TEMPLATES = Path(__file__).resolve().parents[2] / "report" / "templates"
@@ -56,8 +57,12 @@ def render_report(
     env_paths: list[str],
     out_html: Path,
     out_provenance: Path,
+    queues_path: str | None = None,
 ) -> None:
     summary = read_json(summary_path)
+    queues = read_json(queues_path) if queues_path else {"servers": [], "cliffs": []}
+    for c in queues.get("cliffs", []):
+        c["sentence"] = cliff_sentence(c)
     verdicts = read_json(verdicts_path)
     model = read_json(model_path)
     adapters = [read_json(p) for p in adapter_paths]
@@ -86,6 +91,17 @@ def render_report(
     itl_fig = plots.latency_spread(
         summary.get("measurements", []), out_dir / "itl.png", "itl_median_ms", "ITL median (ms)"
     )
+    adapter_conditions = [c for c in config.get("conditions", {}) if c != "base"]
+    queue_fig = plots.queue_traces(queues, out_dir / "queues.png", adapter_conditions)
+    queue_rows = [
+        {**{k: v for k, v in c.items() if k != "traces"}, "server": s["server"], "max_loras": s.get("max_loras")}
+        for s in sorted(queues.get("servers", []), key=lambda s: (s["engine"], s.get("max_loras") or 0, s["server"]))
+        if s.get("lora") and s.get("status") == "ok"
+        for c in s["cells"]
+        if c["condition"] != "base"
+    ]
+    many_rows = many_adapter_rows(rows, queues, config.get("conditions", {}))
+    many_fig = plots.adapter_scaling(many_rows, out_dir / "many_adapters.png")
     prov = provenance.collect(config, model, adapters, envs, summary.get("server_facts_raw", {}))
     write_json(out_provenance, prov)
     engines_in_study = sorted({r["engine"] for r in rows})
@@ -111,6 +127,13 @@ def render_report(
         slot_fig=slot_fig.name if slot_fig else None,
         ttft_fig=ttft_fig.name if ttft_fig else None,
         itl_fig=itl_fig.name if itl_fig else None,
+        queues=queues,
+        queue_rows=queue_rows,
+        queue_fig=queue_fig.name if queue_fig else None,
+        many_rows=many_rows,
+        ranks=rank_rows(rows, adapters),
+        many_fig=many_fig.name if many_fig else None,
+        scaling_verdicts=[c for c in verdicts["claims"] if c["measure"]["kind"] == "adapter_scaling"],
         prov=prov,
         engines_in_study=engines_in_study,
         slot_rows=slot_rows,
@@ -125,6 +148,93 @@ def render_report(
     log.info("report: %s (%d rows, %d claims)", out_html, len(rows), len(verdicts["claims"]))
 
 
+def rank_rows(rows: list[dict[str, Any]], adapters: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Cost per rank and targets: each one-adapter condition against the same server's base model, and the cost
+    of rank headroom: the same condition on servers of one engine started with different max_lora_rank (the
+    larger over the smaller). Empty unless the study varies rank, targets or max_lora_rank."""
+    man = {a["name"]: a for a in adapters}
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("throughput_median") and r.get("lora")]
+    single = [r for r in ok if len(r.get("adapters", "").split("|")) == 1 and r.get("adapters") in man]
+    kinds = {(man[r["adapters"]]["rank"], tuple(man[r["adapters"]]["target_modules"])) for r in single}
+    headroom_engines = {
+        e for e in {r["engine"] for r in ok} if len({r.get("max_lora_rank") for r in ok if r["engine"] == e}) > 1
+    }
+    if len(kinds) < 2 and not headroom_engines:
+        return {"cost": [], "headroom": []}
+    cost = []
+    for r in single:
+        base = next(
+            (b for b in ok if b["server"] == r["server"] and b["burst"] == r["burst"] and b["condition"] == "base"),
+            None,
+        )
+        a = man[r["adapters"]]
+        row = {"server": r["server"], "engine": r["engine"], "max_lora_rank": r.get("max_lora_rank"),
+               "condition": r["condition"], "burst": r["burst"], "rank": a["rank"],
+               "targets": ",".join(t.removesuffix("_proj") for t in a["target_modules"]),
+               "params": a["trainable_parameters"], "tok_s": r["throughput_median"]}  # fmt: skip
+        if base:
+            m, lo, hi = _ratio(r, base)
+            row.update(pct=m, lo=lo, hi=hi, finding=_stable(lo, hi))
+        cost.append(row)
+    headroom = []
+    for engine in sorted(headroom_engines):
+        eng = [r for r in single if r["engine"] == engine]
+        for cond, burst in sorted({(r["condition"], r["burst"]) for r in eng}):
+            by_rank = sorted((r for r in eng if (r["condition"], r["burst"]) == (cond, burst)),
+                             key=lambda r: r.get("max_lora_rank") or 0)  # fmt: skip
+            if len(by_rank) < 2 or by_rank[0].get("max_lora_rank") == by_rank[-1].get("max_lora_rank"):
+                continue
+            small, big = by_rank[0], by_rank[-1]
+            m, lo, hi = _ratio(big, small)
+            headroom.append(
+                {
+                    "engine": engine,
+                    "condition": cond,
+                    "burst": burst,
+                    "rank": man[small["adapters"]]["rank"],
+                    "small": small["server"],
+                    "small_rank": small.get("max_lora_rank"),
+                    "big": big["server"],
+                    "big_rank": big.get("max_lora_rank"),
+                    "small_tok_s": small["throughput_median"],
+                    "big_tok_s": big["throughput_median"],
+                    "pct": m,
+                    "lo": lo,
+                    "hi": hi,
+                    "finding": _stable(lo, hi),
+                }
+            )
+    cost.sort(key=lambda r: (r["server"], r["burst"], r["rank"], r["targets"]))
+    return {"cost": cost, "headroom": headroom}
+
+
+POPULARITY = ("uniform", "distinct", "zipf")
+
+
+def many_adapter_rows(
+    rows: list[dict[str, Any]], queues: dict[str, Any], conditions: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Summary rows of the conditions drawn from a popularity distribution (uniform, distinct, zipf), joined with
+    the TTFT tail and adapter sets of queues.json, ordered by server, assignment and adapter count."""
+    cells = {(s["server"], c["condition"], c["burst"]): c for s in queues.get("servers", []) for c in s["cells"]}
+    out = []
+    for r in rows:
+        cond = conditions.get(r["condition"]) or {}
+        if cond.get("assignment") not in POPULARITY:
+            continue
+        c = cells.get((r["server"], r["condition"], r["burst"]), {})
+        out.append(
+            {
+                **r,
+                "assignment": cond["assignment"],
+                "n_adapters": len({a for a in cond.get("adapters", []) if a != "base"}),
+                **{k: v for k, v in c.items() if k.startswith("ttft") or k.endswith("_seen") or k.endswith("running")},
+                "deferred_mean": c.get("deferred_mean"),
+            }
+        )
+    return sorted(out, key=lambda r: (r["server"], r["assignment"], r["burst"], r["n_adapters"]))
+
+
 def _span_text(lo: float | None, hi: float | None) -> str:
     if lo is None or hi is None:
         return ""
@@ -136,6 +246,10 @@ def _ratio(num: dict[str, Any], den: dict[str, Any]) -> tuple[float, float, floa
     span = stats.ratio_span(num, den)
     assert span is not None
     return span
+
+
+def _stable(lo: float, hi: float) -> str:
+    return "a difference beyond our spread" if lo > 0 or hi < 0 else "within our spread: no difference shown"
 
 
 def _cell(rows: list[dict[str, Any]], burst: int, lora: bool, cond: str, most_slots: bool = False) -> Any:

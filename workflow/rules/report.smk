@@ -19,17 +19,40 @@ rule summary_aggregate:
         "../scripts/summary_aggregate.py"
 
 
+rule queues_summary:
+    input:
+        metrics=expand(
+            "results/servers/{server}/metrics.jsonl", server=sorted(config["servers"])
+        ),
+        facts=expand(
+            "results/servers/{server}/facts.json", server=sorted(config["servers"])
+        ),
+        records=expand(
+            "results/servers/{server}/records.jsonl", server=sorted(config["servers"])
+        ),
+        code=code("queues", "stats", "engines"),
+    output:
+        queues="results/queues/queues.json",
+    log:
+        "logs/queues_summary.log",
+    params:
+        conditions=json.dumps(config["conditions"], sort_keys=True),
+    script:
+        "../scripts/queues_summary.py"
+
+
 rule claims_evaluate:
     input:
         claims=config["claims"],
         summary=rules.summary_aggregate.output.json,
+        queues=rules.queues_summary.output.queues,
         model=rules.model_build.output.manifest,
         adapters=expand(
             "results/adapters/{adapter}.json", adapter=sorted(config["adapters"])
         ),
         # the source's architecture, for claims about its adapter sizes
         reference_arch="config/models/qwen3-1.7b.json",
-        code=code("claims", "stats", "adapters"),
+        code=code("claims", "stats", "adapters", "queues"),
     output:
         verdicts="results/claims/verdicts.json",
     log:
@@ -41,6 +64,7 @@ rule claims_evaluate:
 rule report_render:
     input:
         summary=rules.summary_aggregate.output.json,
+        queues=rules.queues_summary.output.queues,
         verdicts=rules.claims_evaluate.output.verdicts,
         model=rules.model_build.output.manifest,
         adapters=expand(
@@ -48,7 +72,7 @@ rule report_render:
         ),
         envs=expand("results/envs/{engine}.json", engine=sorted(config["engines"])),
         templates=sorted(str(p) for p in Path("report/templates").glob("*")),
-        code=code("report", "plots", "provenance", "stats"),
+        code=code("report", "plots", "provenance", "stats", "queues"),
     output:
         html="results/report/index.html",
         provenance="results/report/provenance.json",
@@ -70,6 +94,7 @@ rule bundle_archive:
         verdicts=rules.claims_evaluate.output.verdicts,
         summary=rules.summary_aggregate.output.json,
         summary_csv=rules.summary_aggregate.output.summary,
+        queues=rules.queues_summary.output.queues,
         servers=expand(
             "results/servers/{server}/{f}",
             server=sorted(config["servers"]),

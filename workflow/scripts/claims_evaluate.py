@@ -12,4 +12,5 @@ evaluate_file(
     list(sm.input.adapters),
     sm.output.verdicts,
     sm.input.reference_arch,
+    sm.input.queues,
 )

@@ -18,4 +18,5 @@ render_report(
     env_paths=list(sm.input.envs),
     out_html=Path(sm.output.html),
     out_provenance=Path(sm.output.provenance),
+    queues_path=sm.input.queues,
 )

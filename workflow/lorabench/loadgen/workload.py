@@ -2,8 +2,10 @@
 
 A request set holds, for each condition and burst size, the ordered list of logical adapter names ("base" for
 the base model) that the requests of one burst use. Assignment strategies are a registry keyed by name:
-``cycle`` (a,b,a,b...), ``weighted`` (seeded draws by weight) and ``zipf`` (seeded draws over many adapters with
-a Zipf law, the usual shape of per-tenant traffic).
+``cycle`` (a,b,a,b...), ``weighted`` (seeded draws by weight), ``zipf`` (seeded draws over many adapters with
+a Zipf law, the usual shape of per-tenant traffic, as in SGLang's "skewed" and Punica's workloads), ``uniform``
+(seeded draws, equal weights) and ``distinct`` (a seeded shuffle taken in order: every request of a burst no
+larger than the set uses a different adapter).
 """
 
 from __future__ import annotations
@@ -44,6 +46,24 @@ def _zipf(cond: dict[str, Any], n: int, rng: random.Random) -> list[str]:
     names = list(cond["adapters"])
     weights = [1.0 / (i + 1) ** s for i in range(len(names))]
     return rng.choices(names, weights=weights, k=n)
+
+
+@strategy("uniform")
+def _uniform(cond: dict[str, Any], n: int, rng: random.Random) -> list[str]:
+    return rng.choices(list(cond["adapters"]), k=n)
+
+
+@strategy("distinct")
+def _distinct(cond: dict[str, Any], n: int, rng: random.Random) -> list[str]:
+    """A seeded shuffle of the adapters, taken in order (and shuffled again each time it runs out): no adapter
+    repeats within the first len(adapters) requests."""
+    names = list(cond["adapters"])
+    out: list[str] = []
+    while len(out) < n:
+        perm = names[:]
+        rng.shuffle(perm)
+        out += perm
+    return out[:n]
 
 
 def strategies() -> list[str]:

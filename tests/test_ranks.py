@@ -1,0 +1,66 @@
+"""Rank, targets and max_lora_rank headroom: the report's cost tables and the rank claim's verdict, on small
+synthetic summary tables (no server)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lorabench.claims import Context, evaluate, load_claims
+from lorabench.report import rank_rows
+
+from .conftest import ROOT
+
+ADAPTERS = [
+    {"name": "r8", "rank": 8, "target_modules": ["q_proj", "v_proj"], "trainable_parameters": 100},
+    {"name": "r64", "rank": 64, "target_modules": ["q_proj", "v_proj"], "trainable_parameters": 800},
+]
+
+
+def _row(server: str, cond: str, med: float, spread: float, max_rank: int) -> dict:
+    return {
+        "server": server,
+        "engine": "vllm",
+        "condition": cond,
+        "adapters": cond,
+        "burst": 8,
+        "lora": True,
+        "max_loras": 1,
+        "max_lora_rank": max_rank,
+        "status": "ok",
+        "throughput_median": med,
+        "throughput_min": med - spread,
+        "throughput_max": med + spread,
+    }
+
+
+def _rows(r64: float, spread: float = 5.0) -> list[dict]:
+    return [
+        _row("rank8", "base", 1000, 5, 8),
+        _row("rank8", "r8", 900, 5, 8),
+        _row("rank64", "base", 1000, 5, 64),
+        _row("rank64", "r8", 850, 5, 64),
+        _row("rank64", "r64", r64, spread, 64),
+    ]
+
+
+def test_cost_per_rank_and_headroom():
+    t = rank_rows(_rows(700), ADAPTERS)
+    cost = {(r["server"], r["condition"]): r for r in t["cost"]}
+    assert cost[("rank64", "r64")]["pct"] == pytest.approx(-30.0)
+    assert "beyond our spread" in cost[("rank64", "r64")]["finding"]
+    assert cost[("rank64", "r64")]["targets"] == "q,v"
+    (h,) = t["headroom"]
+    assert (h["condition"], h["small_rank"], h["big_rank"]) == ("r8", 8, 64)
+    assert h["pct"] == pytest.approx(100 * (850 / 900 - 1))
+    assert rank_rows([_row("s", "base", 1, 0, 8), _row("s", "r8", 1, 0, 8)], ADAPTERS) == {"cost": [], "headroom": []}
+
+
+@pytest.mark.parametrize(
+    ("r64", "spread", "verdict"),
+    [(700, 5, "reproduced"), (900, 5, "contradicted"), (840, 60, "inconclusive")],
+)
+def test_rank_claim_needs_its_whole_span_below_zero(r64, spread, verdict):
+    ctx = Context({"rows": _rows(r64, spread), "facts": []}, {"parameters": 1000}, ADAPTERS, None, None)
+    claims = [c for c in load_claims(ROOT / "config" / "claims.yaml") if c["id"] == "op-rank-changes-cost"]
+    (r,) = evaluate(claims, ctx)
+    assert r["verdict"] == verdict, r["why"]

@@ -1,0 +1,49 @@
+"""Study slot-queues, CPU-sized, end to end with real vLLM (CPU build) servers: queue figures per condition, the
+cliff comparison and its claim's computed verdict, the report's queue section and plot (slow: about 3 minutes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lorabench.claims import VERDICTS
+from lorabench.io import read_json
+
+from .test_pipeline_e2e import copy_repo, snakemake
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def slot_queues(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = copy_repo(tmp_path_factory.mktemp("slot-queues"))
+    snakemake(work, "--configfile", "config/studies/slot-queues-cpu.yaml", "--replace-workflow-config")
+    return work
+
+
+def test_queues_sampled_in_flight_for_every_condition(slot_queues: Path):
+    q = read_json(slot_queues / "results/queues/queues.json")
+    servers = {s["server"]: s for s in q["servers"]}
+    assert set(servers) == {"lora-2", "lora-4"}
+    for s in servers.values():
+        assert s["reports"] == ["running", "waiting", "deferred"]
+        for c in s["cells"]:
+            assert c["source"] == "measurements" and c["measurements_in_flight"] >= 3, c
+            assert c["batch_median"] > 0 and c["traces"]
+            assert c["ttft_requests"] == 6 * 2 * 8 and c["ttft_p50_ms"] <= c["ttft_p90_ms"] <= c["ttft_p99_ms"]
+    # With slots to spare nothing waits for one.
+    assert all(c["deferred_max"] == 0 for c in servers["lora-4"]["cells"])
+
+
+def test_cliff_claim_has_a_computed_verdict_and_the_report_shows_it(slot_queues: Path):
+    q = read_json(slot_queues / "results/queues/queues.json")
+    (cliff,) = q["cliffs"]
+    assert (cliff["condition"], cliff["few"]["slots"], cliff["many"]["slots"]) == ("abc", 2, 4)
+    assert cliff["finding"] in ("smaller batch", "no smaller batch", "overlap")
+    verdicts = {c["id"]: c for c in read_json(slot_queues / "results/claims/verdicts.json")["claims"]}
+    v = verdicts["s4-cliff-cause-deferral"]
+    assert v["verdict"] in VERDICTS and v["verdict"] != "not run", v
+    html = (slot_queues / "results/report/index.html").read_text()
+    assert "Why the cliff: batch size and queues" in html and "queues.png" in html
+    assert (slot_queues / "results/report/queues.png").stat().st_size > 10000
