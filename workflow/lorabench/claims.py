@@ -161,7 +161,8 @@ def _adapter_count(row: dict[str, Any]) -> int:
 def _adapter_scaling(m: dict[str, Any], ctx: Context) -> tuple[Any, str, list[str], Span]:
     """Throughput with the most adapters against the fewest, on one server, one assignment (``assignment``) and
     its largest burst: (most/fewest - 1) x 100 with the span the two medians' 95 % intervals allow. The server is
-    the one that measured the widest range of adapter counts (ties: the most slots, the most max_cpu_loras, then the id)."""
+    the one that measured the widest range of adapter counts (ties: the most slots, the most max_cpu_loras, then
+    the id)."""
     conds = ctx.summary.get("conditions") or {}
     rows = [
         r
