@@ -1,5 +1,6 @@
 """Command line: ``lorabench bundle verify|render``, ``lorabench job loadtest SPEC.json`` (a server job without
-Snakemake, e.g. on a GPU box), ``lorabench check-config CONFIG``."""
+Snakemake, e.g. on a GPU box; SPEC holds ``job``, the rule's params, ``inputs``, its input files by name as
+``lorabench.job.input_paths`` gives them, and ``out_dir``), ``lorabench check-config CONFIG``."""
 
 from __future__ import annotations
 
@@ -51,10 +52,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.config}: OK")
         return 0
     if args.cmd == "job":
-        from .loadtest import LoadtestJob, run_loadtest
+        from .loadtest import run_rule_job
 
         setup_job_logging(args.log)
-        run_loadtest(LoadtestJob.from_dict(json.loads(args.spec.read_text())))
+        spec = json.loads(args.spec.read_text())
+        run_rule_job(json.dumps(spec["job"]), argparse.Namespace(**spec["inputs"]), Path(spec["out_dir"]))
         return 0
     return 2
 

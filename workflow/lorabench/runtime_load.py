@@ -21,22 +21,21 @@ import aiohttp
 
 from . import device
 from .device import DeviceLease
-from .engines import Engine, ServerSpec, all_server_markers, get_engine
+from .engines import Engine, ServerSpec, all_server_markers
 from .engines.base import adapter_path_allowed
 from .harness import CpuPlan
 from .io import write_json, write_jsonl
+from .job import JobInputs, RuntimeLoad, ServerJob
 from .loadgen.client import CompletionRequest, RequestRecord, make_session, run_burst
 from .loadtest import (
     AdapterIgnored,
-    LoadtestJob,
     _median_ms,
     canary,
     engine_server,
-    job_cpus,
     job_hardware,
+    prepare_job,
     ready_server,
     requests_of,
-    write_not_run,
 )
 from .resources import machine_facts
 from .server import ManagedServer, ServerStartError, terminate_on_signals
@@ -75,12 +74,15 @@ async def load_adapter(
 
 
 async def _cycles(
-    job: LoadtestJob, rl: dict[str, Any], engine: Engine, spec: ServerSpec, srv: ManagedServer, rset: dict[str, Any]
+    job: ServerJob, inputs: JobInputs, engine: Engine, srv: ManagedServer, rset: dict[str, Any]
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    allowed: dict[str, str] = job.extra["all_adapter_paths"]
-    new = rl["adapter"]
+    assert job.runtime_load is not None
+    rl: RuntimeLoad = job.runtime_load
+    spec = inputs.spec
+    allowed = inputs.adapter_paths
+    new = rl.adapter
     resident = sorted(spec.adapters)[0] if spec.adapters else "base"
-    n = int(rl.get("burst", 1))
+    n = rl.burst
     rows: list[dict[str, Any]] = []
     cycles: list[dict[str, Any]] = []
     async with make_session(max(n, 4), srv.api_key) as session:
@@ -97,7 +99,7 @@ async def _cycles(
                 _reqs(engine, spec, "base" if tag == "warm-base" else resident, n, tag, rset),
                 job.request_timeout_s,
             )
-        for cyc in range(int(rl.get("repeats", 3))):
+        for cyc in range(rl.repeats):
             load_s, load_status, load_body = await load_adapter(
                 session, srv.base_url, engine, new, allowed[new], allowed
             )
@@ -106,7 +108,7 @@ async def _cycles(
             )
             warm: list[RequestRecord] = []
             res: list[RequestRecord] = []
-            for k in range(int(rl.get("warmed_requests", 5))):
+            for k in range(rl.warmed_requests):
                 warm += await run_burst(
                     session, srv.base_url, _reqs(engine, spec, new, n, f"c{cyc}/warm{k}", rset), job.request_timeout_s
                 )
@@ -220,40 +222,28 @@ def probe_cpu_loras(
     }
 
 
-def run_runtime_load(job: LoadtestJob, rl: dict[str, Any]) -> dict[str, Any]:
-    from .io import read_json
-
-    engine = get_engine(job.server["engine"])
-    spec = ServerSpec(**job.server)
-    engine.check(spec)
-    rset = read_json(job.request_set)
-    out = Path(job.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    server_log = out / "server.log.partial"
-    server_log.unlink(missing_ok=True)
-    cpus = job_cpus(job)
+def run_runtime_load(job: ServerJob, inputs: JobInputs, out_dir: Path, host: str = "127.0.0.1") -> dict[str, Any]:
+    """Run one runtime-loading job end to end; returns what is written to ``load.json``."""
+    run = prepare_job(job, inputs, out_dir)
+    engine, spec, out, cpus = run.engine, inputs.spec, run.out, run.cpus
     with terminate_on_signals(), device.acquire(job_hardware(job), all_server_markers(), spec.server_id) as lease:
-        probe = probe_cpu_loras(engine, spec, job.host, out, job.readiness_timeout_s, cpus, lease)
+        probe = probe_cpu_loras(engine, spec, host, out, job.readiness_timeout_s, cpus, lease)
         srv = engine_server(
-            engine, spec, job.host, server_log, out / "server.pid", cpus, lease, secrets.token_urlsafe(24)
+            engine, spec, host, run.server_log, out / "server.pid", cpus, lease, secrets.token_urlsafe(24)
         )
         with srv:
             ready_s, _ = ready_server(srv, cpus, job.readiness_timeout_s)
-            result, rows = asyncio.run(_cycles(job, rl, engine, spec, srv, rset))
+            result, rows = asyncio.run(_cycles(job, inputs, engine, srv, run.rset))
     result.update(
         status="ok",
         server=spec.server_id,
         engine=spec.engine,
-        engine_version=job.engine_version,
+        engine_version=inputs.engine_version,
         readiness_s=ready_s,
         max_cpu_loras_probe=probe,
         machine=machine_facts(),
     )
     write_jsonl(out / "records.jsonl", rows)
     write_json(out / "load.json", result)
-    server_log.replace(out / "server.log")
+    run.server_log.replace(out / "server.log")
     return result
-
-
-def write_runtime_not_run(params: dict[str, Any], out_dir: Path, reason: str) -> None:
-    write_not_run(params, out_dir, reason, runtime=True)
