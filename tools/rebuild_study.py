@@ -47,7 +47,8 @@ def main() -> int:
                 "engine": job.server.engine,
                 "engine_version": job.engine_version,
                 "status": "not measured yet (waits for the next stretch of GPU time)",
-                "config": job.facts_config(),
+                # as published before adapters were recorded for unmeasured servers: the summary stays the same
+                "config": {k: v for k, v in job.facts_config().items() if k != "adapters"},
             }
             write_json(out / "servers" / s / "facts.json", stub)
             write_jsonl(out / "servers" / s / "measurements.jsonl", [])
