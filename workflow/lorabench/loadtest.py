@@ -554,6 +554,35 @@ def _facts_head(
     }
 
 
+def _serve_once(
+    job: ServerJob,
+    engine: Engine,
+    spec: ServerSpec,
+    srv: ManagedServer,
+    rset: dict[str, Any],
+    cpus: CpuPlan,
+    facts: dict[str, Any],
+    m: Measurer | None,
+    k: int,
+) -> tuple[float, Measurer, float]:
+    """Start ``k`` of the server: wait ready, measure its share, stop; the facts get its memory figures and
+    probes. Returns (readiness, the measurer, seconds the stop took)."""
+    with srv:
+        if k == 0:
+            facts["gpu_memory_before_mib"] = gpu_memory()
+        ready, placed = ready_server(srv, cpus, job.readiness_timeout_s)
+        facts["harness"]["threads_placed"] = placed
+        assert srv.proc is not None
+        if k == 0:
+            facts["gpu_memory_ready_mib"] = gpu_memory()
+            facts["host_rss_ready_mib"] = group_rss_mib(srv.proc.pid)
+        m, probes = asyncio.run(_measure_all(job, engine, spec, srv, rset, m, k))
+        facts["host_rss_end_mib"] = group_rss_mib(srv.proc.pid)
+        facts["probes"] = probes
+        t_stop = time.monotonic()
+    return ready, m, time.monotonic() - t_stop
+
+
 def _serve_and_measure(
     job: ServerJob,
     inputs: JobInputs,
@@ -573,26 +602,13 @@ def _serve_and_measure(
     for k in range(job.server_starts):
         srv = make_server()
         facts = facts or _facts_head(job, inputs, srv, cpus, lease)
-        with srv:
-            if k == 0:
-                facts["gpu_memory_before_mib"] = gpu_memory()
-            r, placed = ready_server(srv, cpus, job.readiness_timeout_s)
-            ready.append(r)
-            facts["harness"]["threads_placed"] = placed
-            if k == 0:
-                facts["gpu_memory_ready_mib"] = gpu_memory()
-                assert srv.proc is not None
-                facts["host_rss_ready_mib"] = group_rss_mib(srv.proc.pid)
-            m, probes = asyncio.run(_measure_all(job, engine, inputs.spec, srv, rset, m, k))
-            assert srv.proc is not None
-            facts["host_rss_end_mib"] = group_rss_mib(srv.proc.pid)
-            facts["probes"] = probes
-            t_stop = time.monotonic()
-        stop_s += time.monotonic() - t_stop
+        r, m, stopped = _serve_once(job, engine, inputs.spec, srv, rset, cpus, facts, m, k)
+        ready.append(r)
+        stop_s += stopped
     assert m is not None
+    total = time.monotonic() - t_job
     facts["readiness_s"] = ready[0]
     facts["readiness_starts_s"] = ready
-    total = time.monotonic() - t_job
     facts["timing"] = {
         "readiness_s": sum(ready),
         **m.timing,
