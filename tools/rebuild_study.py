@@ -97,6 +97,8 @@ def main() -> int:
         env_paths=[str(res / "envs" / f"{e}.json") for e in sorted(cfg["engines"])],
         out_html=out / "report" / "index.html",
         out_provenance=out / "report" / "provenance.json",
+        templates=ROOT / "report" / "templates",
+        checkout=ROOT,
     )
     # Small per-server facts and manifests travel with the published study (raw records stay in the bundle).
     for s in runtime:

@@ -19,6 +19,12 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("action", choices=["verify", "render"])
     b.add_argument("bundle", type=Path)
     b.add_argument("--out", type=Path, default=Path("rerendered"), help="folder for the re-rendered report")
+    b.add_argument(
+        "--checkout",
+        type=Path,
+        default=Path("."),
+        help="lorabench checkout whose report/templates render the report (its commit goes in the provenance)",
+    )
     c = sub.add_parser("check-config", help="validate a study config and exit")
     c.add_argument("config", type=Path)
     j = sub.add_parser("job", help="run one job from a JSON spec")
@@ -39,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.bundle}: OK (every checksum matches)")
         if args.action == "render":
             setup_job_logging(None)
-            print(render_from_bundle(args.bundle, args.out))
+            print(render_from_bundle(args.bundle, args.out, args.checkout))
         return 0
     if args.cmd == "check-config":
         from .config import ConfigError, load_file

@@ -16,7 +16,6 @@ from . import plots, provenance, stats
 from .io import read_json, write_json, write_text_atomic
 
 log = logging.getLogger(__name__)
-TEMPLATES = Path(__file__).resolve().parents[2] / "report" / "templates"
 # Peak memory bandwidth (bytes/s) by GPU name fragment, from vendor data sheets; used for the roofline bound.
 GPU_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12, "L40S": 0.864e12, "A10": 0.6e12}
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -56,7 +55,11 @@ def render_report(
     env_paths: list[str],
     out_html: Path,
     out_provenance: Path,
+    templates: Path,
+    checkout: Path,
 ) -> None:
+    """Render the report from a study's summary, verdicts and manifests with the Jinja2 ``templates`` folder;
+    the provenance records the commit of the lorabench ``checkout`` that renders it."""
     summary = read_json(summary_path)
     verdicts = read_json(verdicts_path)
     model = read_json(model_path)
@@ -86,12 +89,12 @@ def render_report(
     itl_fig = plots.latency_spread(
         summary.get("measurements", []), out_dir / "itl.png", "itl_median_ms", "ITL median (ms)"
     )
-    prov = provenance.collect(config, model, adapters, envs, summary.get("server_facts_raw", {}))
+    prov = provenance.collect(config, model, adapters, envs, summary.get("server_facts_raw", {}), checkout)
     write_json(out_provenance, prov)
     engines_in_study = sorted({r["engine"] for r in rows})
     slot_rows = [r for r in rows if r.get("lora") and r.get("max_loras")]
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES),
+        loader=jinja2.FileSystemLoader(templates),
         autoescape=jinja2.select_autoescape(["html", "j2"]),
         undefined=jinja2.StrictUndefined,
     )

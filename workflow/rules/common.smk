@@ -32,6 +32,7 @@ except ConfigError as e:
 
 PKG = Path(workflow.basedir) / "workflow" / "lorabench"
 SCRIPTS = Path(workflow.basedir) / "workflow" / "scripts"
+TEMPLATES = Path(workflow.basedir) / "report" / "templates"
 HARDWARE = detect_hardware()
 STUDY = config["study"]
 

@@ -18,4 +18,6 @@ render_report(
     env_paths=list(sm.input.envs),
     out_html=Path(sm.output.html),
     out_provenance=Path(sm.output.provenance),
+    templates=Path(sm.params.checkout) / "report" / "templates",  # the rule's templates input
+    checkout=Path(sm.params.checkout),
 )
