@@ -61,3 +61,13 @@ def test_gpu_engine_is_not_runnable_on_cpu():
 def test_unknown_server_is_named():
     with pytest.raises(ConfigError, match="servers.nope"):
         server_job(CFG, "nope", "cpu")
+
+
+def test_a_bad_params_key_is_named():
+    d = json.loads(server_job(CFG, "lora-2", "cpu").to_json())
+    d["server"]["max_lora"] = 2
+    with pytest.raises(ValueError, match="server.max_lora"):
+        ServerJob.from_dict(d)
+    del d["server"]["max_lora"], d["server"]["served_name"]
+    with pytest.raises(ValueError, match="missing key.*server.served_name"):
+        ServerJob.from_dict(d)

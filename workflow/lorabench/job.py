@@ -13,7 +13,7 @@ the schema plus one field of ``ServerJob`` marked ``study()``. Both are read fro
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -81,9 +81,14 @@ class ServerJob:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ServerJob:
+        """The job from its params (``to_json``'s object); an unknown or missing key is an error naming it."""
         d = dict(d)
         rl = d.pop("runtime_load", None)
-        return cls(server=ServerSettings(**d.pop("server")), runtime_load=RuntimeLoad(**rl) if rl else None, **d)
+        return cls(
+            server=_typed(ServerSettings, d.pop("server", None), "server"),
+            runtime_load=_typed(RuntimeLoad, rl, "runtime_load") if rl else None,
+            **_known(cls, d, "", given=("server", "runtime_load")),
+        )
 
     @classmethod
     def from_json(cls, text: str) -> ServerJob:
@@ -110,6 +115,24 @@ class ServerJob:
             "outlier_fraction": self.outlier_fraction,
             "server_starts": self.server_starts,
         }
+
+
+def _known(cls: type, d: dict[str, Any], where: str, given: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``d`` when its keys are fields of ``cls`` and every required field (but those ``given`` apart) is there."""
+    unknown = sorted(set(d) - {f.name for f in fields(cls)} - set(given))
+    if unknown:
+        raise ValueError(f"server job: unknown key(s) {', '.join(where + k for k in unknown)}")
+    required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+    missing = sorted(set(required) - set(d) - set(given))
+    if missing:
+        raise ValueError(f"server job: missing key(s) {', '.join(where + k for k in missing)}")
+    return d
+
+
+def _typed(cls: type, d: Any, key: str) -> Any:
+    if not isinstance(d, dict):
+        raise ValueError(f"server job: {key} must be an object, not {d!r}")
+    return cls(**_known(cls, d, key + "."))
 
 
 def study_settings() -> tuple[str, ...]:
