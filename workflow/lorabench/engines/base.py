@@ -11,13 +11,13 @@ from typing import Any, ClassVar
 _REGISTRY: dict[str, type[Engine]] = {}
 
 
-def setting(*, column: bool = True, **kw: Any) -> Any:
+def setting(*, column: bool = True, lora_only: bool = False, **kw: Any) -> Any:
     """A server setting read from ``servers.ID`` in the study config by the field's own name (the config schema
     describes it) and recorded in the server's facts (``facts.json`` ``config``); ``column``: also a column of the
-    summary tables."""
+    summary tables; ``lora_only``: an error in the config of a server with LoRA off."""
     if "default_factory" not in kw:
         kw.setdefault("default", None)
-    return field(metadata={"setting": True, "column": column}, **kw)
+    return field(metadata={"setting": True, "column": column, "lora_only": lora_only}, **kw)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,9 +29,9 @@ class ServerSettings:
     engine: str  # registered engine kind, e.g. "vllm"
     served_name: str
     lora: bool = setting(default=False)
-    max_loras: int | None = setting()
-    max_cpu_loras: int | None = setting()
-    max_lora_rank: int | None = setting()
+    max_loras: int | None = setting(lora_only=True)
+    max_cpu_loras: int | None = setting(lora_only=True)
+    max_lora_rank: int | None = setting(lora_only=True)
     args: dict[str, Any] = setting(column=False, default_factory=dict)  # further engine flags, no leading dashes
     runtime_lora: bool = False  # allow runtime load/unload
     # Compilation cache: a folder shared by the servers of a study, "off" to disable the engine's cache, or ""
@@ -48,6 +48,11 @@ def server_settings() -> tuple[str, ...]:
 def server_columns() -> tuple[str, ...]:
     """The server settings that are columns of the summary tables."""
     return tuple(f.name for f in fields(ServerSettings) if f.metadata.get("setting") and f.metadata["column"])
+
+
+def lora_settings() -> tuple[str, ...]:
+    """The server settings that only a server with LoRA on may give."""
+    return tuple(f.name for f in fields(ServerSettings) if f.metadata.get("lora_only"))
 
 
 @dataclass(frozen=True, kw_only=True)
