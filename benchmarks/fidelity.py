@@ -24,6 +24,7 @@ several saved runs summarized together (rounds paired within each run):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -36,9 +37,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
-from lorabench.config import load_file, server_adapters  # noqa: E402
+from lorabench.config import detect_hardware, load_file  # noqa: E402
 from lorabench.engines import ServerSpec, get_engine  # noqa: E402
 from lorabench.io import read_json, setup_job_logging, write_json  # noqa: E402
+from lorabench.job import read_inputs_in, server_job  # noqa: E402
 from lorabench.loadtest import engine_server  # noqa: E402
 from lorabench.server import terminate_on_signals  # noqa: E402
 
@@ -48,29 +50,14 @@ FIGURES = (*TARGETS, ("send_spread_ms", None))
 
 
 def server_spec(config: dict, server: str, results: Path) -> tuple[ServerSpec, dict]:
-    srv = config["servers"][server]
-    eng = config["engines"][srv["engine"]]
-    if eng["kind"] != "vllm" or not srv["lora"]:
+    """The study's server (its job, as the pipeline builds it) with its first two adapters."""
+    job = server_job(config, server, detect_hardware(), results=str(results))
+    if job.server.engine != "vllm" or not job.server.lora:
         raise SystemExit(f"--server {server}: fidelity needs a vLLM server with LoRA on")
-    env_info = read_json(results / "envs" / f"{srv['engine']}.json")
-    model = read_json(results / "model" / "manifest.json")
-    names = server_adapters(config, server)[:2]
-    adapters = {n: read_json(results / "adapters" / f"{n}.json")["path"] for n in names}
-    spec = ServerSpec(
-        server_id=f"fidelity-{server}",
-        engine="vllm",
-        python=env_info["python"],
-        env={**env_info.get("env", {}), **eng.get("env", {}), **srv.get("env", {})},
-        model_path=model["path"],
-        served_name=model["name"],
-        lora=True,
-        adapters=adapters,
-        max_loras=srv.get("max_loras"),
-        max_cpu_loras=srv.get("max_cpu_loras"),
-        max_lora_rank=srv.get("max_lora_rank"),
-        args=srv.get("args", {}),
-    )
-    return spec, model
+    spec = read_inputs_in(job, config, server, results).spec
+    names = sorted(spec.adapters)[:2]
+    spec = dataclasses.replace(spec, server_id=f"fidelity-{server}", adapters={n: spec.adapters[n] for n in names})
+    return spec, read_json(results / "model" / "manifest.json")
 
 
 def bootstrap_ratio(a: list[float], b: list[float], n: int = 2000, seed: int = 0) -> tuple[float, float]:

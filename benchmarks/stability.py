@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import random
 import statistics
@@ -42,12 +43,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
-from lorabench.config import detect_hardware, load_file, server_adapters  # noqa: E402
+from lorabench.config import detect_hardware, load_file  # noqa: E402
 from lorabench.engines import ServerSpec, get_engine  # noqa: E402
 from lorabench.harness import GpuPoller, group_threads  # noqa: E402
 from lorabench.io import read_json, setup_job_logging, write_json  # noqa: E402
+from lorabench.job import ServerJob, read_inputs_in, server_job  # noqa: E402
 from lorabench.loadgen.client import make_session  # noqa: E402
-from lorabench.loadtest import LoadtestJob, Measurer, engine_server, job_cpus, ready_server  # noqa: E402
+from lorabench.loadtest import Measurer, engine_server, job_cpus, ready_server  # noqa: E402
 from lorabench.server import terminate_on_signals  # noqa: E402
 from lorabench.stats import MedianInterval, Summary, outliers_below  # noqa: E402
 
@@ -60,28 +62,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "smi-during": {"smi": True},
     "all-off": {"gc": "on", "metrics": "during", "pin": "off", "smi": True},
 }
-
-
-def server_spec(config: dict[str, Any], server: str, results: Path) -> ServerSpec:
-    srv = config["servers"][server]
-    eng = config["engines"][srv["engine"]]
-    env_info = read_json(results / "envs" / f"{srv['engine']}.json")
-    model = read_json(results / "model" / "manifest.json")
-    names = server_adapters(config, server) if srv["lora"] else []
-    return ServerSpec(
-        server_id=f"stability-{server}",
-        engine=eng["kind"],
-        python=env_info["python"],
-        env={**env_info.get("env", {}), **eng.get("env", {}), **srv.get("env", {})},
-        model_path=model["path"],
-        served_name=model["name"],
-        lora=srv["lora"],
-        adapters={n: read_json(results / "adapters" / f"{n}.json")["path"] for n in names},
-        max_loras=srv.get("max_loras"),
-        max_cpu_loras=srv.get("max_cpu_loras"),
-        max_lora_rank=srv.get("max_lora_rank"),
-        args=srv.get("args", {}),
-    )
 
 
 @contextlib.contextmanager
@@ -146,7 +126,7 @@ def print_table(summary: dict[str, Any], base: str = "all-on") -> None:
         )
 
 
-async def run(args: argparse.Namespace, job: LoadtestJob, spec: ServerSpec, srv: Any, rset: dict[str, Any]) -> list:
+async def run(args: argparse.Namespace, job: ServerJob, spec: ServerSpec, srv: Any, rset: dict[str, Any]) -> list:
     engine = get_engine(spec.engine)
     variants = [v for v in args.variants.split(",") if v]
     rows: list[dict[str, Any]] = []
@@ -201,21 +181,22 @@ def main() -> None:
     if args.variants is None:
         args.variants = ",".join(v for v in VARIANTS if hardware == "gpu" or not VARIANTS[v].get("smi"))
     results = Path(args.results)
-    spec = server_spec(config, args.server, results)
-    rset = read_json(results / "workload" / "requests.json")
-    setup_job_logging(str(Path("logs") / "stability.log"))
-    job = LoadtestJob(
-        server={},
-        request_set="",
+    # The study's job for the server, measuring one cell the way the options say.
+    job = dataclasses.replace(
+        server_job(config, args.server, hardware, results=str(results)),
         conditions=[args.condition],
         bursts=[args.burst],
         repetitions=1,
+        max_repetitions=1,
         bursts_per_measurement=args.min_bursts,
         min_measurement_s=config["min_measurement_s"] if args.min_s is None else args.min_s,
         metrics_interval_s=args.scrape_interval or config["metrics_interval_s"],
-        request_timeout_s=config["request_timeout_s"],
-        hardware=hardware,
+        harness=ALL_ON,
     )
+    inputs = read_inputs_in(job, config, args.server, results)
+    spec = dataclasses.replace(inputs.spec, server_id=f"stability-{args.server}")
+    rset = read_json(inputs.request_set)
+    setup_job_logging(str(Path("logs") / "stability.log"))
     cpus = job_cpus(job)
     log_path = Path("logs") / f"stability-{args.server}.server.log"
     log_path.unlink(missing_ok=True)
@@ -224,7 +205,7 @@ def main() -> None:
     )
     t0 = time.monotonic()
     with terminate_on_signals(), srv:
-        ready, _ = ready_server(srv, cpus, config["readiness_timeout_s"])
+        ready, _ = ready_server(srv, cpus, job.readiness_timeout_s)
         print(f"server {args.server} ready after {ready:.1f} s; cpus {cpus.as_dict()}", flush=True)
         rows = asyncio.run(run(args, job, spec, srv, rset))
     variants = args.variants.split(",")

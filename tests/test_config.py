@@ -47,6 +47,7 @@ def test_default_config_is_valid_and_defaults_are_filled():
         (lambda c: c["baseline"].update(server="nope"), "baseline.server"),
         (lambda c: c["runtime_load"].update(adapter="zz"), "runtime_load.adapter"),
         (lambda c: c["model"].update(path="/x"), "model: give exactly one"),
+        (lambda c: c["servers"]["lora-off"].update(max_loras=2), "servers.lora-off.max_loras: only meaningful"),
     ],
 )
 def test_bad_config_names_the_key(mutate, expected):

@@ -76,7 +76,15 @@ def test_live_foreign_server_on_the_device_is_refused_naming_it(locks):
         pass
 
 
-SPEC = ServerSpec("lora-2", "vllm", "python", {}, "/m", "m", True, {"a": "/a", "b": "/b"})
+SPEC = ServerSpec(
+    server_id="lora-2",
+    engine="vllm",
+    python="python",
+    model_path="/m",
+    served_name="m",
+    lora=True,
+    adapters={"a": "/a", "b": "/b"},
+)
 
 
 def test_canary_catches_an_adapter_served_without_effect():
@@ -150,11 +158,11 @@ def test_yaml_boolean_key_is_explained(monkeypatch):
 
 
 def test_api_key_never_in_the_logged_argv(tmp_path: Path):
-    spec = ServerSpec("s", "sglang", "python", {}, "/m", "m", False, {})
+    spec = ServerSpec(server_id="s", engine="sglang", python="python", model_path="/m", served_name="m")
     srv = engine_server(get_engine("sglang"), spec, "127.0.0.1", tmp_path / "log", None, api_key="s3cret-key")
     assert "s3cret-key" in srv.argv and "s3cret-key" not in " ".join(srv.public_argv)
     assert srv.headers == {"Authorization": "Bearer s3cret-key"}
-    vspec = ServerSpec("v", "vllm", "python", {}, "/m", "m", False, {})
+    vspec = ServerSpec(server_id="v", engine="vllm", python="python", model_path="/m", served_name="m")
     vsrv = engine_server(get_engine("vllm"), vspec, "127.0.0.1", tmp_path / "log", None, api_key="s3cret-key")
     assert "s3cret-key" not in " ".join(vsrv.argv) and vsrv.env["VLLM_API_KEY"] == "s3cret-key"
 

@@ -6,8 +6,10 @@ import asyncio
 
 import pytest
 
+from lorabench.engines import ServerSettings
+from lorabench.job import ServerJob
 from lorabench.loadgen.client import CompletionRequest, make_session
-from lorabench.loadtest import LoadtestJob, send
+from lorabench.loadtest import send
 from lorabench.testing import start_in_process
 
 
@@ -18,15 +20,15 @@ def url():
     proc.kill()
 
 
-def job(**load) -> LoadtestJob:
-    return LoadtestJob(server={}, request_set="", conditions=[], bursts=[], repetitions=1, load=load)
+def job(**load) -> ServerJob:
+    return ServerJob(server=ServerSettings(server_id="t", engine="vllm", served_name="m"), load=load)
 
 
 def reqs(n: int) -> list[CompletionRequest]:
     return [CompletionRequest(f"r{i}", "a", "m", "x", 8) for i in range(n)]
 
 
-async def _send(url: str, n: int, j: LoadtestJob):
+async def _send(url: str, n: int, j: ServerJob):
     async with make_session(n) as s:
         return await send(s, url, reqs(n), j)
 

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from lorabench.engines import ServerSpec, get_engine
+from lorabench.engines import ServerSettings, ServerSpec, get_engine
+from lorabench.job import ServerJob
 from lorabench.loadgen.client import RequestRecord, make_session
-from lorabench.loadtest import LoadtestJob, Measurer, measurement_row
+from lorabench.loadtest import Measurer, measurement_row
 from lorabench.stats import MedianInterval, outliers_below, reached_target
 from lorabench.testing import start_in_process
 
@@ -107,9 +108,10 @@ def url():
     proc.kill()
 
 
-def _measurer_job(**kw) -> LoadtestJob:
+def _measurer_job(**kw) -> ServerJob:
     kw.setdefault("repetitions", 1)
-    return LoadtestJob(server={}, request_set="", conditions=["a"], bursts=[4], hardware="cpu", **kw)
+    server = ServerSettings(server_id="t", engine="vllm", served_name="m")
+    return ServerJob(server=server, conditions=["a"], bursts=[4], hardware="cpu", **kw)
 
 
 RSET = {
@@ -119,10 +121,12 @@ RSET = {
     "ignore_eos": True,
     "sets": {"a/4": [{"request_id": f"a-4-{i}", "adapter": "a"} for i in range(4)]},
 }
-SPEC = ServerSpec("t", "vllm", "python", {}, "/m", "m", True, {"a": "/a"})
+SPEC = ServerSpec(
+    server_id="t", engine="vllm", python="python", model_path="/m", served_name="m", lora=True, adapters={"a": "/a"}
+)
 
 
-async def _measure(url: str, job: LoadtestJob, probe: bool = False):
+async def _measure(url: str, job: ServerJob, probe: bool = False):
     async with make_session(4) as s:
         m = Measurer(job, get_engine("vllm"), SPEC, url, RSET, s)
         if probe:

@@ -151,7 +151,7 @@ def test_nothing_to_do_after_a_complete_run(study: Path):
 def test_bundle_verifies_and_rerenders(study: Path, tmp_path: Path):
     bundle = study / "results/bundle/cpu-default.tar.gz"
     assert verify_bundle(bundle) == []
-    html = render_from_bundle(bundle, tmp_path / "re")
+    html = render_from_bundle(bundle, tmp_path / "re", ROOT)
     assert "lorabench report" in html.read_text()
     # One modified file: verification fails naming it.
     bad = tmp_path / "bad.tar.gz"

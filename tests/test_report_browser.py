@@ -54,6 +54,8 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [],
         html,
         out / "provenance.json",
+        ROOT / "report" / "templates",
+        ROOT,
     )
     return html
 

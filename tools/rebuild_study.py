@@ -20,6 +20,7 @@ from lorabench.claims import evaluate_file  # noqa: E402
 from lorabench.config import load_file, runtime_load_servers  # noqa: E402
 from lorabench.engines import get_engine  # noqa: E402
 from lorabench.io import read_json, setup_job_logging, write_json, write_jsonl  # noqa: E402
+from lorabench.job import server_job  # noqa: E402
 from lorabench.report import render_report  # noqa: E402
 from lorabench.summary import aggregate  # noqa: E402
 
@@ -40,18 +41,14 @@ def main() -> int:
     # A server not measured yet (a study spread over several stretches of machine time) is listed as such.
     for s in servers:
         if not (res / "servers" / s / "facts.json").exists():
-            srv = cfg["servers"][s]
+            job = server_job(cfg, s, hardware="")
             stub = {
                 "server": s,
-                "engine": cfg["engines"][srv["engine"]]["kind"],
-                "engine_version": cfg["engines"][srv["engine"]]["version"],
+                "engine": job.server.engine,
+                "engine_version": job.engine_version,
                 "status": "not measured yet (waits for the next stretch of GPU time)",
-                "config": {
-                    **{k: srv.get(k) for k in ("lora", "max_loras", "max_cpu_loras", "max_lora_rank")},
-                    "conditions": srv["conditions"],
-                    "bursts": sorted(cfg["bursts"]),
-                    "args": srv.get("args", {}),
-                },
+                # as published before adapters were recorded for unmeasured servers: the summary stays the same
+                "config": {k: v for k, v in job.facts_config().items() if k != "adapters"},
             }
             write_json(out / "servers" / s / "facts.json", stub)
             write_jsonl(out / "servers" / s / "measurements.jsonl", [])
@@ -100,6 +97,8 @@ def main() -> int:
         env_paths=[str(res / "envs" / f"{e}.json") for e in sorted(cfg["engines"])],
         out_html=out / "report" / "index.html",
         out_provenance=out / "report" / "provenance.json",
+        templates=ROOT / "report" / "templates",
+        checkout=ROOT,
     )
     # Small per-server facts and manifests travel with the published study (raw records stay in the bundle).
     for s in runtime:

@@ -70,34 +70,26 @@ def save(results: Path, study: Path) -> list[str]:
     return saved
 
 
-def expected_measurement(config: dict) -> dict:
-    return {
-        "min_repetitions": config["repetitions"],
-        "max_repetitions": max(config["max_repetitions"], config["repetitions"]),
-        "target_ci_pct": config["target_ci_pct"],
-        "min_measurement_s": config["min_measurement_s"],
-        "min_bursts": config["bursts_per_measurement"],
-        "max_bursts": config["max_bursts_per_measurement"],
-        "outlier_fraction": config["outlier_fraction"],
-        "server_starts": config["server_starts"],
-    }
-
-
 def stale(facts: dict, config: dict | None) -> str:
-    """Why a saved server job no longer matches the config ('' when it does)."""
+    """Why a saved server job no longer matches the config ('' when it does): its measurement settings or its
+    server's configuration differ from the job the config makes."""
     if config is None or "measurement" not in facts and "config" not in facts:
         return ""
-    if facts.get("measurement") and facts["measurement"] != expected_measurement(config):
-        return f"measured with {facts['measurement']}"
-    srv = config["servers"].get(facts.get("server", ""))
-    if srv is None:
+    from lorabench.job import server_job
+
+    if facts.get("server", "") not in config["servers"]:
         return "no such server in the config"
+    job = server_job(config, facts["server"], hardware="")
+    if facts.get("measurement") and facts["measurement"] != job.measurement_facts():
+        return f"measured with {facts['measurement']}"
     cfg = facts.get("config") or {}
-    for key in ("lora", "max_loras", "max_cpu_loras", "max_lora_rank", "args", "conditions"):
-        if cfg.get(key) != srv.get(key, {} if key == "args" else None):
+    for key, want in job.facts_config().items():
+        if key in ("bursts", "adapters"):
+            got, want = sorted(cfg.get(key) or []), sorted(want)
+        else:
+            got = cfg.get(key)
+        if got != want:
             return f"{key} was {cfg.get(key)!r}"
-    if sorted(cfg.get("bursts") or []) != sorted(config["bursts"]):
-        return f"bursts were {cfg.get('bursts')}"
     return ""
 
 

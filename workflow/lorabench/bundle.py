@@ -75,8 +75,9 @@ def verify_bundle(bundle: Path) -> list[str]:
     return problems
 
 
-def render_from_bundle(bundle: Path, out_dir: Path) -> Path:
-    """Re-render the report from the bundle alone (no server, no results folder)."""
+def render_from_bundle(bundle: Path, out_dir: Path, checkout: Path) -> Path:
+    """Re-render the report from the bundle alone (no server, no results folder), with the report templates of
+    the lorabench ``checkout``."""
     from .report import render_report
 
     problems = verify_bundle(bundle)
@@ -104,5 +105,7 @@ def render_from_bundle(bundle: Path, out_dir: Path) -> Path:
             out_html=html,
             out_provenance=out_dir / "provenance.json",
             queues_path=str(q) if (q := r / "results/queues/queues.json").exists() else None,
+            templates=checkout / "report" / "templates",
+            checkout=checkout,
         )
     return html

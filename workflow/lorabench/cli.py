@@ -1,5 +1,6 @@
 """Command line: ``lorabench bundle verify|render``, ``lorabench job loadtest SPEC.json`` (a server job without
-Snakemake, e.g. on a GPU box), ``lorabench check-config CONFIG``."""
+Snakemake, e.g. on a GPU box; SPEC holds ``job``, the rule's params, ``inputs``, its input files by name as
+``lorabench.job.input_paths`` gives them, and ``out_dir``), ``lorabench check-config CONFIG``."""
 
 from __future__ import annotations
 
@@ -18,6 +19,12 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("action", choices=["verify", "render"])
     b.add_argument("bundle", type=Path)
     b.add_argument("--out", type=Path, default=Path("rerendered"), help="folder for the re-rendered report")
+    b.add_argument(
+        "--checkout",
+        type=Path,
+        default=Path("."),
+        help="lorabench checkout whose report/templates render the report (its commit goes in the provenance)",
+    )
     c = sub.add_parser("check-config", help="validate a study config and exit")
     c.add_argument("config", type=Path)
     j = sub.add_parser("job", help="run one job from a JSON spec")
@@ -38,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.bundle}: OK (every checksum matches)")
         if args.action == "render":
             setup_job_logging(None)
-            print(render_from_bundle(args.bundle, args.out))
+            print(render_from_bundle(args.bundle, args.out, args.checkout))
         return 0
     if args.cmd == "check-config":
         from .config import ConfigError, load_file
@@ -51,10 +58,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.config}: OK")
         return 0
     if args.cmd == "job":
-        from .loadtest import LoadtestJob, run_loadtest
+        from .loadtest import run_rule_job
 
         setup_job_logging(args.log)
-        run_loadtest(LoadtestJob.from_dict(json.loads(args.spec.read_text())))
+        spec = json.loads(args.spec.read_text())
+        run_rule_job(json.dumps(spec["job"]), argparse.Namespace(**spec["inputs"]), Path(spec["out_dir"]))
         return 0
     return 2
 

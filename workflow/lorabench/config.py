@@ -87,6 +87,8 @@ def validate_schema(config: dict[str, Any]) -> None:
 
 def check_references(config: dict[str, Any]) -> None:
     """Cross-references: every name a key points to must exist."""
+    from .engines.base import lora_settings
+
     model = config["model"]
     if bool(model.get("architecture")) == bool(model.get("path")):
         raise ConfigError("model: give exactly one of 'architecture' (synthetic weights) or 'path' (real weights)")
@@ -113,7 +115,7 @@ def check_references(config: dict[str, Any]) -> None:
             if a not in adapters:
                 raise ConfigError(f"servers.{sid}.adapters: unknown adapter {a!r}")
         if not srv["lora"]:
-            for key in ("max_loras", "max_cpu_loras", "max_lora_rank", "adapters"):
+            for key in (*lora_settings(), "adapters"):
                 if key in srv:
                     raise ConfigError(f"servers.{sid}.{key}: only meaningful with lora: true")
     from .engines import registered_engines

@@ -1,9 +1,9 @@
 """One server job: start the server, wait ready, warm up, run every measurement in shuffled order, probe,
 collect logs and metrics, always stop.
 
-Inputs arrive as one plain dict (``LoadtestJob``), built by the Snakemake rule from ``params`` and ``input``;
-the same dict can be written to JSON and run with ``lorabench job loadtest SPEC.json`` on a machine without
-Snakemake (a GPU box). Outputs are written only after the server has stopped and everything succeeded, each
+The job arrives as one ``ServerJob`` (lorabench.job: the rule's params) with its input files read
+(``JobInputs``); the same can be written to JSON and run with ``lorabench job loadtest SPEC.json`` on a machine
+without Snakemake (a GPU box). Outputs are written only after the server has stopped and everything succeeded, each
 file atomically, so an interrupted job never leaves results that look complete.
 """
 
@@ -27,8 +27,8 @@ from . import device
 from .device import DeviceLease
 from .engines import Engine, ServerSpec, all_server_markers, get_engine
 from .harness import CpuPlan, confine_group, pin_self, plan_cpus, quiet_gc
-from .harness import settings as harness_settings
-from .io import read_json, verify_manifest_files, write_json, write_jsonl
+from .io import read_json, write_json, write_jsonl
+from .job import JobInputs, ServerJob, read_inputs
 from .loadgen.client import CompletionRequest, RequestRecord, make_session, run_burst, run_concurrency
 from .loadgen.workload import measurement_plan, set_key
 from .metrics import MetricsSampler, summarize_samples
@@ -37,42 +37,6 @@ from .server import ManagedServer, ServerStartError, free_port, study_api_key, t
 from .stats import MedianInterval, outliers_below, reached_target
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class LoadtestJob:
-    server: dict[str, Any]  # ServerSpec fields
-    request_set: str  # path of the request-set JSON
-    conditions: list[str]
-    bursts: list[int]
-    repetitions: int  # at least this many measurements per cell
-    bursts_per_measurement: int = 1  # at least this many bursts per measurement
-    warmup_bursts: int = 1
-    min_measurement_s: float = 0.0  # bursts repeated until their summed wall time reaches this
-    max_bursts_per_measurement: int = 1000
-    max_repetitions: int = 0  # adaptive repetitions up to this many (0: exactly ``repetitions``)
-    target_ci_pct: float = 2.0  # ... until the 95 % interval of the cell's median is within ± this
-    outlier_fraction: float = 0.75  # bursts below this x their measurement's median are counted as slow
-    harness: dict[str, str] = field(default_factory=lambda: dict(harness_settings(None)))
-    hardware: str = ""  # "cpu" or "gpu"; detected when empty
-    server_starts: int = 1  # the server is started this many times in turn, repetitions spread over the starts
-    shuffle_seed: int = 0
-    request_timeout_s: float = 300.0
-    readiness_timeout_s: float = 600.0
-    metrics_interval_s: float = 0.5
-    load: dict[str, Any] = field(default_factory=lambda: {"shape": "burst"})
-    engine_version: str = ""
-    out_dir: str = "."
-    host: str = "127.0.0.1"
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.harness = harness_settings(self.harness)
-        self.max_repetitions = max(self.max_repetitions, self.repetitions)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> LoadtestJob:
-        return cls(**d)
 
 
 def requests_of(
@@ -261,7 +225,7 @@ async def canary(
 
 
 async def send(
-    session: aiohttp.ClientSession, base_url: str, reqs: list[CompletionRequest], job: LoadtestJob
+    session: aiohttp.ClientSession, base_url: str, reqs: list[CompletionRequest], job: ServerJob
 ) -> list[RequestRecord]:
     """One burst, or the same requests under bounded concurrency (optionally paced and cut at a duration)."""
     load = job.load
@@ -295,7 +259,7 @@ class Measurer:
     """The measuring part of a server job, on a ready server: warm-up, the shuffled plan, adaptive extra
     repetitions, and where the time went."""
 
-    job: LoadtestJob
+    job: ServerJob
     engine: Engine
     spec: ServerSpec
     base_url: str
@@ -307,7 +271,7 @@ class Measurer:
     gpu_peak: dict[int, int] = field(default_factory=dict)
     timing: dict[str, float] = field(default_factory=lambda: {"warmup_s": 0.0, "measuring_s": 0.0, "between_s": 0.0})
     server_exit: Callable[[], int | None] = lambda: None  # the server's exit code once it has died
-    instance: int = 0  # which of the job's server starts is serving (see LoadtestJob.server_starts)
+    instance: int = 0  # which of the job's server starts is serving (see ServerJob.server_starts)
     telemetry: GpuTelemetry | None = None  # the GPU's clocks and power, summarised per measurement
     values: dict[tuple[str, int], list[float]] = field(default_factory=dict)
     reps: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -474,7 +438,7 @@ def measurement_plan_extra(
 
 
 async def _measure_all(
-    job: LoadtestJob,
+    job: ServerJob,
     engine: Engine,
     spec: ServerSpec,
     srv: ManagedServer,
@@ -539,28 +503,15 @@ def ready_server(srv: ManagedServer, cpus: CpuPlan, timeout_s: float) -> tuple[f
     return ready, placed
 
 
-def job_hardware(job: LoadtestJob) -> str:
+def job_hardware(job: ServerJob) -> str:
     return job.hardware or ("gpu" if gpu_memory() else "cpu")
 
 
-def job_cpus(job: LoadtestJob) -> CpuPlan:
+def job_cpus(job: ServerJob) -> CpuPlan:
     """The job's CPU layout; the calling process (the client) is pinned to its share at once."""
     plan = plan_cpus(job.harness["pin"], job_hardware(job))
     pin_self(plan.client)
     return plan
-
-
-def _server_config(spec: ServerSpec, conditions: list[str], bursts: list[int]) -> dict[str, Any]:
-    return {
-        "lora": spec.lora,
-        "max_loras": spec.max_loras,
-        "max_cpu_loras": spec.max_cpu_loras,
-        "max_lora_rank": spec.max_lora_rank,
-        "adapters": sorted(spec.adapters),
-        "conditions": conditions,
-        "bursts": sorted(bursts),
-        "args": spec.args,
-    }
 
 
 def per_adapter(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -590,35 +541,58 @@ def per_adapter(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _facts_head(job: LoadtestJob, spec: ServerSpec, srv: ManagedServer, cpus: CpuPlan, lease: DeviceLease) -> dict:
+def _facts_head(
+    job: ServerJob, inputs: JobInputs, srv: ManagedServer, cpus: CpuPlan, lease: DeviceLease
+) -> dict[str, Any]:
     return {
-        "server": spec.server_id,
-        "engine": spec.engine,
-        "engine_version": job.engine_version,
+        "server": job.server_id,
+        "engine": job.server.engine,
+        "engine_version": inputs.engine_version,
         "status": "ok",
-        "config": _server_config(spec, job.conditions, job.bursts),
+        "config": job.facts_config(),
         "argv": srv.public_argv,
         "api_key_required": bool(srv.api_key),
         "machine": machine_facts(),
         "device": lease.device,
         "harness": {**job.harness, "cpus": cpus.as_dict()},
-        "measurement": {
-            "min_repetitions": job.repetitions,
-            "max_repetitions": job.max_repetitions,
-            "target_ci_pct": job.target_ci_pct,
-            "min_measurement_s": job.min_measurement_s,
-            "min_bursts": job.bursts_per_measurement,
-            "max_bursts": job.max_bursts_per_measurement,
-            "outlier_fraction": job.outlier_fraction,
-            "server_starts": job.server_starts,
-        },
+        "measurement": job.measurement_facts(),
     }
 
 
-def _serve_and_measure(
-    job: LoadtestJob,
+def _serve_once(
+    job: ServerJob,
     engine: Engine,
     spec: ServerSpec,
+    srv: ManagedServer,
+    rset: dict[str, Any],
+    cpus: CpuPlan,
+    facts: dict[str, Any],
+    m: Measurer | None,
+    k: int,
+    telemetry: GpuTelemetry | None = None,
+) -> tuple[float, Measurer, float]:
+    """Start ``k`` of the server: wait ready, measure its share, stop; the facts get its memory figures and
+    probes. Returns (readiness, the measurer, seconds the stop took)."""
+    with srv:
+        if k == 0:
+            facts["gpu_memory_before_mib"] = gpu_memory()
+        ready, placed = ready_server(srv, cpus, job.readiness_timeout_s)
+        facts["harness"]["threads_placed"] = placed
+        assert srv.proc is not None
+        if k == 0:
+            facts["gpu_memory_ready_mib"] = gpu_memory()
+            facts["host_rss_ready_mib"] = group_rss_mib(srv.proc.pid)
+        m, probes = asyncio.run(_measure_all(job, engine, spec, srv, rset, m, k, telemetry))
+        facts["host_rss_end_mib"] = group_rss_mib(srv.proc.pid)
+        facts["probes"] = probes
+        t_stop = time.monotonic()
+    return ready, m, time.monotonic() - t_stop
+
+
+def _serve_and_measure(
+    job: ServerJob,
+    inputs: JobInputs,
+    engine: Engine,
     make_server: Callable[[], ManagedServer],
     rset: dict[str, Any],
     cpus: CpuPlan,
@@ -635,27 +609,14 @@ def _serve_and_measure(
     with telemetry or contextlib.nullcontext():
         for k in range(job.server_starts):
             srv = make_server()
-            facts = facts or _facts_head(job, spec, srv, cpus, lease)
-            with srv:
-                if k == 0:
-                    facts["gpu_memory_before_mib"] = gpu_memory()
-                r, placed = ready_server(srv, cpus, job.readiness_timeout_s)
-                ready.append(r)
-                facts["harness"]["threads_placed"] = placed
-                if k == 0:
-                    facts["gpu_memory_ready_mib"] = gpu_memory()
-                    assert srv.proc is not None
-                    facts["host_rss_ready_mib"] = group_rss_mib(srv.proc.pid)
-                m, probes = asyncio.run(_measure_all(job, engine, spec, srv, rset, m, k, telemetry))
-                assert srv.proc is not None
-                facts["host_rss_end_mib"] = group_rss_mib(srv.proc.pid)
-                facts["probes"] = probes
-                t_stop = time.monotonic()
-            stop_s += time.monotonic() - t_stop
+            facts = facts or _facts_head(job, inputs, srv, cpus, lease)
+            r, m, stopped = _serve_once(job, engine, inputs.spec, srv, rset, cpus, facts, m, k, telemetry)
+            ready.append(r)
+            stop_s += stopped
     assert m is not None
+    total = time.monotonic() - t_job
     facts["readiness_s"] = ready[0]
     facts["readiness_starts_s"] = ready
-    total = time.monotonic() - t_job
     facts["timing"] = {
         "readiness_s": sum(ready),
         **m.timing,
@@ -667,27 +628,42 @@ def _serve_and_measure(
     return facts
 
 
-def run_loadtest(job: LoadtestJob) -> dict[str, Any]:
-    """Run one server job end to end; returns the server facts written to ``facts.json``."""
-    engine = get_engine(job.server["engine"])
-    spec = ServerSpec(**job.server)
-    engine.check(spec)
-    rset = read_json(job.request_set)
+@dataclass
+class JobRun:
+    """What a job needs on this machine before its server starts: the engine (the spec checked against it), the
+    request set, the output folder with the server log's partial file, the CPU layout."""
+
+    engine: Engine
+    rset: dict[str, Any]
+    out: Path
+    server_log: Path
+    cpus: CpuPlan
+
+
+def prepare_job(job: ServerJob, inputs: JobInputs, out_dir: Path) -> JobRun:
+    engine = get_engine(inputs.spec.engine)
+    engine.check(inputs.spec)
+    rset = read_json(inputs.request_set)
     missing = [c for c in job.conditions for b in job.bursts if set_key(c, b) not in rset["sets"]]
     if missing:
-        raise ValueError(f"request set {job.request_set} lacks conditions {sorted(set(missing))}")
-    out = Path(job.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    server_log = out / "server.log.partial"
+        raise ValueError(f"request set {inputs.request_set} lacks conditions {sorted(set(missing))}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    server_log = out_dir / "server.log.partial"
     server_log.unlink(missing_ok=True)
-    cpus = job_cpus(job)
+    return JobRun(engine, rset, out_dir, server_log, job_cpus(job))
+
+
+def run_loadtest(job: ServerJob, inputs: JobInputs, out_dir: Path, host: str = "127.0.0.1") -> dict[str, Any]:
+    """Run one server job end to end; returns the server facts written to ``facts.json``."""
+    run = prepare_job(job, inputs, out_dir)
+    engine, spec, out, server_log = run.engine, inputs.spec, run.out, run.server_log
     with terminate_on_signals(), device.acquire(job_hardware(job), all_server_markers(), spec.server_id) as lease:
 
         def make_server() -> ManagedServer:
             key = study_api_key(out.parents[1])  # results/servers/SERVER -> results
-            return engine_server(engine, spec, job.host, server_log, out / "server.pid", cpus, lease, key)
+            return engine_server(engine, spec, host, server_log, out / "server.pid", run.cpus, lease, key)
 
-        facts = _serve_and_measure(job, engine, spec, make_server, rset, cpus, lease)
+        facts = _serve_and_measure(job, inputs, engine, make_server, run.rset, run.cpus, lease)
     m: Measurer = facts.pop("_measurer")
     facts["per_adapter"] = per_adapter(m.records)
     facts["gpu_memory_after_stop_mib"] = gpu_memory()
@@ -703,75 +679,33 @@ def run_loadtest(job: LoadtestJob) -> dict[str, Any]:
     return facts
 
 
-def job_from_rule(params: dict[str, Any], inputs: Any, out_dir: Path) -> LoadtestJob:
-    """Resolve a rule's plain params and input files into a job: interpreter, model and adapter paths."""
-    env_info = read_json(inputs.env)
-    model = read_json(inputs.model)
-    adapter_paths = {}
-    for f in inputs.adapters:
-        m = read_json(f)
-        verify_manifest_files(m, f"adapter {m['name']}")
-        adapter_paths[m["name"]] = m["path"]
-    server = {
-        "server_id": params["server_id"],
-        "engine": params["engine"],
-        "python": env_info["python"],
-        "env": {**env_info.get("env", {}), **params["env"]},
-        "model_path": model["path"],
-        "served_name": params["served_name"],
-        "lora": params["lora"],
-        "adapters": {a: adapter_paths[a] for a in params["adapters"]},
-        "max_loras": params["max_loras"],
-        "max_cpu_loras": params["max_cpu_loras"],
-        "max_lora_rank": params["max_lora_rank"],
-        "runtime_lora": params["runtime_lora"],
-        "args": params["args"],
-        "compile_cache": params.get("compile_cache") or "",
-    }
-    extra = {"all_adapter_paths": adapter_paths, "engine_id": params["engine_id"]}
-    return LoadtestJob(
-        server=server,
-        request_set=str(inputs.requests),
-        conditions=list(params["conditions"]),
-        bursts=list(params["bursts"]),
-        repetitions=int(params["repetitions"]),
-        bursts_per_measurement=int(params["bursts_per_measurement"]),
-        warmup_bursts=int(params["warmup_bursts"]),
-        shuffle_seed=int(params["shuffle_seed"]),
-        request_timeout_s=float(params["request_timeout_s"]),
-        readiness_timeout_s=float(params["readiness_timeout_s"]),
-        metrics_interval_s=float(params["metrics_interval_s"]),
-        min_measurement_s=float(params["min_measurement_s"]),
-        max_bursts_per_measurement=int(params["max_bursts_per_measurement"]),
-        max_repetitions=int(params["max_repetitions"] or 0),
-        target_ci_pct=float(params["target_ci_pct"]),
-        outlier_fraction=float(params["outlier_fraction"]),
-        harness=dict(params["harness"]),
-        hardware=params["hardware"],
-        server_starts=int(params.get("server_starts") or 1),
-        load=dict(params.get("load") or {"shape": "burst"}),
-        engine_version=env_info.get("version") or "",
-        out_dir=str(out_dir),
-        extra=extra,
-    )
-
-
-def write_not_run(params: dict[str, Any], out_dir: Path, reason: str, runtime: bool = False) -> None:
-    """Outputs of a job that cannot run here (a server job, or with ``runtime`` a runtime-loading job): empty
-    tables and facts that say why, never made-up numbers."""
+def write_not_run(job: ServerJob, out_dir: Path, reason: str) -> None:
+    """Outputs of a job that cannot run here (a server job, or a runtime-loading one): empty tables and facts
+    that say why, never made-up numbers."""
+    runtime = job.runtime_load is not None
     out_dir.mkdir(parents=True, exist_ok=True)
     tables = ("records.jsonl",) if runtime else ("records.jsonl", "measurements.jsonl", "metrics.jsonl")
     for name in tables:
         write_jsonl(out_dir / name, [])
     (out_dir / "server.log").write_text(f"# {reason}\n")
-    head = {"server": params["server_id"], "engine": params["engine"], "status": reason}
+    head = {"server": job.server_id, "engine": job.server.engine, "status": reason}
     if runtime:
         write_json(out_dir / "load.json", head)
     else:
-        keys = ("lora", "max_loras", "max_cpu_loras", "max_lora_rank", "adapters", "conditions", "bursts", "args")
-        cfg = {k: params[k] for k in keys}
         write_json(
             out_dir / "facts.json",
-            {**head, "engine_version": params["engine_version"], "config": cfg, "machine": machine_facts()},
+            {**head, "engine_version": job.engine_version, "config": job.facts_config(), "machine": machine_facts()},
         )
-    log.info("%s: %s", params["server_id"], reason)
+    log.info("%s: %s", job.server_id, reason)
+
+
+def run_rule_job(
+    params: str, inputs: Any, out_dir: Path, run: Callable[[ServerJob, JobInputs, Path], Any] = run_loadtest
+) -> None:
+    """A rule's job from its params (``ServerJob.to_json``) and its input files: measured with ``run``, or where
+    the engine cannot run here, outputs that say so."""
+    job = ServerJob.from_json(params)
+    if not job.runnable:
+        write_not_run(job, out_dir, reason="not run: needs a GPU")
+    else:
+        run(job, read_inputs(job, inputs.env, inputs.model, inputs.requests, list(inputs.adapters)), out_dir)

@@ -33,11 +33,13 @@ def collect(
     adapters: list[dict[str, Any]],
     envs: list[dict[str, Any]],
     server_facts: dict[str, Any],
+    checkout: Path,
 ) -> dict[str, Any]:
+    """Provenance of a rendered report; ``checkout``: the lorabench checkout whose commit is recorded."""
     machines = {s: f.get("machine") for s, f in server_facts.items() if f.get("machine")}
     return {
         "lorabench_version": __version__,
-        "code": code_commit(Path(__file__).resolve().parents[2]),
+        "code": code_commit(checkout),
         "rendered_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "python": sys.version.split()[0],
         "platform": platform.platform(),

@@ -17,7 +17,6 @@ from .io import read_json, write_json, write_text_atomic
 from .queues import cliff_sentence
 
 log = logging.getLogger(__name__)
-TEMPLATES = Path(__file__).resolve().parents[2] / "report" / "templates"
 # Peak memory bandwidth (bytes/s) by GPU name fragment, from vendor data sheets; used for the roofline bound.
 GPU_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12, "L40S": 0.864e12, "A10": 0.6e12}
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -57,8 +56,12 @@ def render_report(
     env_paths: list[str],
     out_html: Path,
     out_provenance: Path,
+    templates: Path,
+    checkout: Path,
     queues_path: str | None = None,
 ) -> None:
+    """Render the report from a study's summary, verdicts and manifests with the Jinja2 ``templates`` folder;
+    the provenance records the commit of the lorabench ``checkout`` that renders it."""
     summary = read_json(summary_path)
     queues = read_json(queues_path) if queues_path else {"servers": [], "cliffs": []}
     for c in queues.get("cliffs", []):
@@ -102,12 +105,12 @@ def render_report(
     ]
     many_rows = many_adapter_rows(rows, queues, config.get("conditions", {}))
     many_fig = plots.adapter_scaling(many_rows, out_dir / "many_adapters.png")
-    prov = provenance.collect(config, model, adapters, envs, summary.get("server_facts_raw", {}))
+    prov = provenance.collect(config, model, adapters, envs, summary.get("server_facts_raw", {}), checkout)
     write_json(out_provenance, prov)
     engines_in_study = sorted({r["engine"] for r in rows})
     slot_rows = [r for r in rows if r.get("lora") and r.get("max_loras")]
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES),
+        loader=jinja2.FileSystemLoader(templates),
         autoescape=jinja2.select_autoescape(["html", "j2"]),
         undefined=jinja2.StrictUndefined,
     )
@@ -293,7 +296,7 @@ def findings(rows: list[dict[str, Any]], runtime: list[dict[str, Any]], comparis
     loading, and the engine comparison. Each answer names the rows it comes from and says whether the difference
     is beyond the span the two medians' 95 % intervals allow."""
     ok = [r for r in rows if r.get("status") == "ok" and r.get("throughput_median")]
-    out: list[dict[str, Any]] = []
+    found: list[dict[str, Any] | None] = []
     for engine in sorted({r["engine"] for r in ok}):
         eng = [r for r in ok if r["engine"] == engine]
         bursts = sorted({r["burst"] for r in eng})
@@ -301,17 +304,17 @@ def findings(rows: list[dict[str, Any]], runtime: list[dict[str, Any]], comparis
         if on and off:
             pairs = [(b, _cell(eng, b, True, "base"), _cell(eng, b, False, "base")) for b in bursts]
             what = f"base-model requests on {on['server']} vs {off['server']}"
-            out.append(_finding("enable", f"{engine}: what does merely enabling LoRA cost?", what, pairs))
+            found.append(_finding("enable", f"{engine}: what does merely enabling LoRA cost?", what, pairs))
         if on:
             pairs = [(b, _cell(eng, b, True, "a"), _cell(eng, b, True, "base")) for b in bursts]
             what = f"adapter a vs base on {on['server']}"
-            out.append(_finding("adapter", f"{engine}: what does serving one adapter cost?", what, pairs))
+            found.append(_finding("adapter", f"{engine}: what does serving one adapter cost?", what, pairs))
         few, many = _cell(eng, bursts[0], True, "abc"), _cell(eng, bursts[0], True, "abc", most_slots=True)
         if few and many and few.get("max_loras") != many.get("max_loras"):
             pairs = [(b, _cell(eng, b, True, "abc"), _cell(eng, b, True, "abc", most_slots=True)) for b in bursts]
             what = f"three adapters (abc) on {few['max_loras']} slots vs {many['max_loras']} slots"
-            out.append(_finding("slots", f"{engine}: what do too few adapter slots cost?", what, pairs))
-    out = [f for f in out if f]
+            found.append(_finding("slots", f"{engine}: what do too few adapter slots cost?", what, pairs))
+    out: list[dict[str, Any]] = [f for f in found if f]
     for rt in runtime:
         if rt.get("status") == "ok":
             q = f"{rt['engine']}: how fast is loading an adapter at run time?"

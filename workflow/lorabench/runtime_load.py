@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,22 +21,21 @@ import aiohttp
 
 from . import device
 from .device import DeviceLease
-from .engines import Engine, ServerSpec, all_server_markers, get_engine
+from .engines import Engine, ServerSpec, all_server_markers
 from .engines.base import adapter_path_allowed
 from .harness import CpuPlan
 from .io import write_json, write_jsonl
-from .loadgen.client import CompletionRequest, RequestRecord, make_session, run_burst
+from .job import JobInputs, RuntimeLoad, ServerJob
+from .loadgen.client import RequestRecord, make_session, run_burst
 from .loadtest import (
     AdapterIgnored,
-    LoadtestJob,
     _median_ms,
     canary,
     engine_server,
-    job_cpus,
     job_hardware,
+    prepare_job,
     ready_server,
     requests_of,
-    write_not_run,
 )
 from .resources import machine_facts
 from .server import ManagedServer, ServerStartError, study_api_key, terminate_on_signals
@@ -54,12 +54,6 @@ async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) 
         return time.perf_counter() - t0, r.status, text[:300]
 
 
-def _reqs(
-    engine: Engine, spec: ServerSpec, adapter: str, n: int, tag: str, rset: dict[str, Any]
-) -> list[CompletionRequest]:
-    return requests_of(engine, spec, rset, [adapter] * n, tag)
-
-
 def _med_ms(recs: list[RequestRecord], attr: str) -> float:
     return _median_ms([getattr(r, attr) for r in recs if r.ok])
 
@@ -73,116 +67,138 @@ async def load_adapter(
     return await _post(session, base_url + url_path, body)
 
 
-async def _cycles(
-    job: LoadtestJob, rl: dict[str, Any], engine: Engine, spec: ServerSpec, srv: ManagedServer, rset: dict[str, Any]
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    allowed: dict[str, str] = job.extra["all_adapter_paths"]
-    new = rl["adapter"]
-    resident = sorted(spec.adapters)[0] if spec.adapters else "base"
-    n = int(rl.get("burst", 1))
-    rows: list[dict[str, Any]] = []
-    cycles: list[dict[str, Any]] = []
-    async with make_session(max(n, 4), srv.api_key) as session:
-        # Refusal check first: a path outside the allowlist never reaches the server.
+@dataclass
+class Cycler:
+    """Runtime loading on one ready server: bursts of one adapter, load and unload calls, the checks that a load
+    really happened."""
+
+    job: ServerJob
+    inputs: JobInputs
+    engine: Engine
+    session: aiohttp.ClientSession
+    base_url: str
+    rset: dict[str, Any]
+
+    @property
+    def rl(self) -> RuntimeLoad:
+        assert self.job.runtime_load is not None
+        return self.job.runtime_load
+
+    @property
+    def resident(self) -> str:
+        """The adapter loaded at start that the new one is compared with (the base model where there is none)."""
+        return sorted(self.inputs.spec.adapters)[0] if self.inputs.spec.adapters else "base"
+
+    async def burst(self, adapter: str, tag: str, n: int | None = None) -> list[RequestRecord]:
+        reqs = requests_of(self.engine, self.inputs.spec, self.rset, [adapter] * (n or self.rl.burst), tag)
+        return await run_burst(self.session, self.base_url, reqs, self.job.request_timeout_s)
+
+    async def load(self, name: str, path: str) -> tuple[float, int, str]:
+        return await load_adapter(self.session, self.base_url, self.engine, name, path, self.inputs.adapter_paths)
+
+    async def refuses_unlisted(self) -> bool:
+        """A path outside the allowlist never reaches the server."""
         try:
-            await load_adapter(session, srv.base_url, engine, "intruder", "/tmp/not-an-adapter", allowed)
-            refused = False
+            await self.load("intruder", "/tmp/not-an-adapter")
         except AdapterNotAllowed:
-            refused = True
-        for tag in ("warm-base", "warm-resident"):
-            await run_burst(
-                session,
-                srv.base_url,
-                _reqs(engine, spec, "base" if tag == "warm-base" else resident, n, tag, rset),
-                job.request_timeout_s,
-            )
-        for cyc in range(int(rl.get("repeats", 3))):
-            load_s, load_status, load_body = await load_adapter(
-                session, srv.base_url, engine, new, allowed[new], allowed
-            )
-            cold = await run_burst(
-                session, srv.base_url, _reqs(engine, spec, new, n, f"c{cyc}/cold", rset), job.request_timeout_s
-            )
-            warm: list[RequestRecord] = []
-            res: list[RequestRecord] = []
-            for k in range(int(rl.get("warmed_requests", 5))):
-                warm += await run_burst(
-                    session, srv.base_url, _reqs(engine, spec, new, n, f"c{cyc}/warm{k}", rset), job.request_timeout_s
-                )
-                res += await run_burst(
-                    session,
-                    srv.base_url,
-                    _reqs(engine, spec, resident, n, f"c{cyc}/resident{k}", rset),
-                    job.request_timeout_s,
-                )
-            # The load must really have happened: listed by the server, and changing the output (after the cold and
-            # warm bursts, so the check does not warm the adapter up before it is timed).
-            async with session.get(srv.base_url + "/v1/models") as r:
-                listed = sorted(m["id"] for m in (await r.json(content_type=None)).get("data", []))
-            if engine.request_model(spec, new) not in listed and new not in listed:
-                raise AdapterIgnored(f"{spec.server_id}: runtime load of {new!r} answered {load_status}, but "
-                                     f"/v1/models does not list it ({listed})")  # fmt: skip
-            check = await canary(session, srv.base_url, engine, spec, [new])
-            path, body = engine.unload_adapter_request(new)
-            unload_s, unload_status, unload_body = await _post(session, srv.base_url + path, body)
-            after = await run_burst(
-                session, srv.base_url, _reqs(engine, spec, new, 1, f"c{cyc}/after-unload", rset), job.request_timeout_s
-            )
-            c = {
-                "cycle": cyc,
-                "listed_after_load": True,
-                "canary_max_logprob_diff": check["adapters"][new]["max_logprob_diff"],
-                "load_s": load_s,
-                "load_status": load_status,
-                "load_body": load_body,
-                "unload_s": unload_s,
-                "unload_status": unload_status,
-                "unload_body": unload_body,
-                "cold_latency_ms": _med_ms(cold, "latency_s"),
-                "cold_ttft_ms": _med_ms(cold, "ttft_s"),
-                "warm_latency_ms": _med_ms(warm, "latency_s"),
-                "warm_ttft_ms": _med_ms(warm, "ttft_s"),
-                "resident_latency_ms": _med_ms(res, "latency_s"),
-                "resident_ttft_ms": _med_ms(res, "ttft_s"),
-                "errors": sum(not r.ok for r in cold + warm + res),
-                "request_after_unload_status": after[0].status,
-            }
+            return True
+        return False
+
+    async def check_loaded(self, name: str, load_status: int) -> float:
+        """The load must really have happened: the server lists the adapter and it changes the output; returns
+        the canary's largest log-probability difference."""
+        async with self.session.get(self.base_url + "/v1/models") as r:
+            listed = sorted(m["id"] for m in (await r.json(content_type=None)).get("data", []))
+        spec = self.inputs.spec
+        if self.engine.request_model(spec, name) not in listed and name not in listed:
+            raise AdapterIgnored(f"{spec.server_id}: runtime load of {name!r} answered {load_status}, but "
+                                 f"/v1/models does not list it ({listed})")  # fmt: skip
+        check = await canary(self.session, self.base_url, self.engine, spec, [name])
+        return float(check["adapters"][name]["max_logprob_diff"])
+
+    async def cycle(self, cyc: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Load, the first requests (cold), warmed requests beside the resident adapter's, unload, one request
+        after the unload; the cycle's figures and its per-request rows."""
+        new = self.rl.adapter
+        load_s, load_status, load_body = await self.load(new, self.inputs.adapter_paths[new])
+        cold = await self.burst(new, f"c{cyc}/cold")
+        warm: list[RequestRecord] = []
+        res: list[RequestRecord] = []
+        for k in range(self.rl.warmed_requests):
+            warm += await self.burst(new, f"c{cyc}/warm{k}")
+            res += await self.burst(self.resident, f"c{cyc}/resident{k}")
+        # Checked after the cold and warm bursts, so the check does not warm the adapter up before it is timed.
+        diff = await self.check_loaded(new, load_status)
+        path, body = self.engine.unload_adapter_request(new)
+        unload_s, unload_status, unload_body = await _post(self.session, self.base_url + path, body)
+        after = await self.burst(new, f"c{cyc}/after-unload", 1)
+        c = {
+            "cycle": cyc,
+            "listed_after_load": True,
+            "canary_max_logprob_diff": diff,
+            "load_s": load_s,
+            "load_status": load_status,
+            "load_body": load_body,
+            "unload_s": unload_s,
+            "unload_status": unload_status,
+            "unload_body": unload_body,
+            **{
+                f"{group}_{fig}_ms": _med_ms(recs, f"{fig}_s")
+                for group, recs in (("cold", cold), ("warm", warm), ("resident", res))
+                for fig in ("latency", "ttft")
+            },
+            "errors": sum(not r.ok for r in cold + warm + res),
+            "request_after_unload_status": after[0].status,
+        }
+        log.info("runtime load cycle %d: load %.3f s (HTTP %d), cold TTFT %.1f ms, warm %.1f ms, resident %.1f ms,"
+                 " unload %.3f s", cyc, load_s, load_status, c["cold_ttft_ms"], c["warm_ttft_ms"],
+                 c["resident_ttft_ms"], unload_s)  # fmt: skip
+        groups = (("cold", cold), ("warm", warm), ("resident", res), ("after-unload", after))
+        return c, [{**r.to_row(), "cycle": cyc, "group": group} for group, recs in groups for r in recs]
+
+    async def run(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The refusal check, warm-up of the base model and the resident adapter, then every cycle."""
+        refused = await self.refuses_unlisted()
+        for tag, adapter in (("warm-base", "base"), ("warm-resident", self.resident)):
+            await self.burst(adapter, tag)
+        cycles: list[dict[str, Any]] = []
+        rows: list[dict[str, Any]] = []
+        for cyc in range(self.rl.repeats):
+            c, r = await self.cycle(cyc)
             cycles.append(c)
-            log.info(
-                "runtime load cycle %d: load %.3f s (HTTP %d), cold TTFT %.1f ms, warm %.1f ms, resident %.1f ms,"
-                " unload %.3f s",
-                cyc,
-                load_s,
-                load_status,
-                c["cold_ttft_ms"],
-                c["warm_ttft_ms"],
-                c["resident_ttft_ms"],
-                unload_s,
-            )
-            for group, recs in (("cold", cold), ("warm", warm), ("resident", res), ("after-unload", after)):
-                rows += [{**r.to_row(), "cycle": cyc, "group": group} for r in recs]
+            rows += r
+        return load_result(cycles, self.rl, self.resident, refused), rows
+
+
+def load_result(cycles: list[dict[str, Any]], rl: RuntimeLoad, resident: str, refused: bool) -> dict[str, Any]:
+    """What ``load.json`` says of the cycles: each one, and the medians over them."""
 
     def med(key: str) -> float:
         return float(statistics.median(float(c[key]) for c in cycles))
 
-    result = {
-        "adapter": new,
+    return {
+        "adapter": rl.adapter,
         "resident_adapter": resident,
-        "burst": n,
+        "burst": rl.burst,
         "cycles": cycles,
-        "load_s_median": med("load_s"),
-        "unload_s_median": med("unload_s"),
-        "cold_ttft_ms_median": med("cold_ttft_ms"),
-        "warm_ttft_ms_median": med("warm_ttft_ms"),
-        "resident_ttft_ms_median": med("resident_ttft_ms"),
-        "cold_latency_ms_median": med("cold_latency_ms"),
-        "warm_latency_ms_median": med("warm_latency_ms"),
-        "resident_latency_ms_median": med("resident_latency_ms"),
+        **{f"{k}_median": med(k) for k in ("load_s", "unload_s")},
+        **{
+            f"{g}_{fig}_ms_median": med(f"{g}_{fig}_ms")
+            for fig in ("ttft", "latency")
+            for g in ("cold", "warm", "resident")
+        },
         "cold_slower_than_resident": med("cold_latency_ms") > med("resident_latency_ms"),
         "unlisted_path_refused": refused,
         "load_ok": all(c["load_status"] == 200 for c in cycles),
     }
-    return result, rows
+
+
+async def _cycles(
+    job: ServerJob, inputs: JobInputs, engine: Engine, srv: ManagedServer, rset: dict[str, Any]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    assert job.runtime_load is not None
+    async with make_session(max(job.runtime_load.burst, 4), srv.api_key) as session:
+        return await Cycler(job, inputs, engine, session, srv.base_url, rset).run()
 
 
 def probe_cpu_loras(
@@ -219,40 +235,28 @@ def probe_cpu_loras(
     }
 
 
-def run_runtime_load(job: LoadtestJob, rl: dict[str, Any]) -> dict[str, Any]:
-    from .io import read_json
-
-    engine = get_engine(job.server["engine"])
-    spec = ServerSpec(**job.server)
-    engine.check(spec)
-    rset = read_json(job.request_set)
-    out = Path(job.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    server_log = out / "server.log.partial"
-    server_log.unlink(missing_ok=True)
-    cpus = job_cpus(job)
+def run_runtime_load(job: ServerJob, inputs: JobInputs, out_dir: Path, host: str = "127.0.0.1") -> dict[str, Any]:
+    """Run one runtime-loading job end to end; returns what is written to ``load.json``."""
+    run = prepare_job(job, inputs, out_dir)
+    engine, spec, out, cpus = run.engine, inputs.spec, run.out, run.cpus
     with terminate_on_signals(), device.acquire(job_hardware(job), all_server_markers(), spec.server_id) as lease:
-        probe = probe_cpu_loras(engine, spec, job.host, out, job.readiness_timeout_s, cpus, lease)
+        probe = probe_cpu_loras(engine, spec, host, out, job.readiness_timeout_s, cpus, lease)
         srv = engine_server(
-            engine, spec, job.host, server_log, out / "server.pid", cpus, lease, study_api_key(out.parents[1])
+            engine, spec, host, run.server_log, out / "server.pid", cpus, lease, study_api_key(out.parents[1])
         )
         with srv:
             ready_s, _ = ready_server(srv, cpus, job.readiness_timeout_s)
-            result, rows = asyncio.run(_cycles(job, rl, engine, spec, srv, rset))
+            result, rows = asyncio.run(_cycles(job, inputs, engine, srv, run.rset))
     result.update(
         status="ok",
         server=spec.server_id,
         engine=spec.engine,
-        engine_version=job.engine_version,
+        engine_version=inputs.engine_version,
         readiness_s=ready_s,
         max_cpu_loras_probe=probe,
         machine=machine_facts(),
     )
     write_jsonl(out / "records.jsonl", rows)
     write_json(out / "load.json", result)
-    server_log.replace(out / "server.log")
+    run.server_log.replace(out / "server.log")
     return result
-
-
-def write_runtime_not_run(params: dict[str, Any], out_dir: Path, reason: str) -> None:
-    write_not_run(params, out_dir, reason, runtime=True)

@@ -119,9 +119,9 @@ def outliers_below(values: list[float], fraction: float) -> list[int]:
 
 
 def _num(row: Any, key: str) -> float | None:
-    v = row.get(key) if hasattr(row, "get") else None
+    raw: Any = row.get(key) if hasattr(row, "get") else None
     try:
-        v = float(v)
+        v = float(raw)
     except (TypeError, ValueError):
         return None
     return None if math.isnan(v) else v
@@ -142,6 +142,6 @@ def ratio_span(num: Any, den: Any, prefix: str = "throughput") -> tuple[float, f
         return _num(row, f"{prefix}_min"), _num(row, f"{prefix}_max")
 
     (a_lo, a_hi), (b_lo, b_hi) = ends(num), ends(den)
-    if None in (a_lo, a_hi) or not b_lo or not b_hi:
+    if a_lo is None or a_hi is None or not b_lo or not b_hi:
         return 100 * (med_a / med_b - 1), float("nan"), float("nan")
     return 100 * (med_a / med_b - 1), 100 * (a_lo / b_hi - 1), 100 * (a_hi / b_lo - 1)

@@ -11,12 +11,13 @@ from typing import Any
 
 import pandas as pd
 
+from .engines.base import server_columns
 from .io import read_json, read_jsonl, write_json
 from .stats import MedianInterval, Summary, first_stands_out, ratio_span, reached_target
 
 log = logging.getLogger(__name__)
 
-SERVER_KEYS = ("lora", "max_loras", "max_cpu_loras", "max_lora_rank")
+SERVER_KEYS = server_columns()  # the server settings shown as columns (lora, max_loras, ...)
 # Columns that hold counts: pandas turns them into floats next to missing values; the JSON keeps them whole.
 INT_KEYS = (
     "max_loras",

@@ -21,9 +21,9 @@ from lorabench.config import (  # noqa: E402
     detect_hardware,
     load_and_check,
     runtime_load_servers,
-    server_adapters,
     stable_hash,
 )
+from lorabench.job import engine_runnable, input_paths, server_job  # noqa: E402
 
 try:
     load_and_check(config)
@@ -32,6 +32,7 @@ except ConfigError as e:
 
 PKG = Path(workflow.basedir) / "workflow" / "lorabench"
 SCRIPTS = Path(workflow.basedir) / "workflow" / "scripts"
+TEMPLATES = Path(workflow.basedir) / "report" / "templates"
 HARDWARE = detect_hardware()
 STUDY = config["study"]
 
@@ -62,16 +63,6 @@ def code(*names):
     return sorted({_rel(f) for f in out})
 
 
-def engine_of(server):
-    return config["servers"][server]["engine"]
-
-
-def engine_runnable(engine_id):
-    return HARDWARE == "gpu" or not config["engines"][engine_id].get(
-        "requires_gpu", False
-    )
-
-
 def env_params(wildcards):
     """Everything the engine environment depends on, as one sorted JSON string."""
     eng = config["engines"][wildcards.engine]
@@ -87,7 +78,7 @@ def env_params(wildcards):
             "remove": eng.get("remove", []),
             "existing": eng.get("existing"),
             "env": eng.get("env", {}),
-            "runnable": engine_runnable(wildcards.engine),
+            "runnable": engine_runnable(config, wildcards.engine, HARDWARE),
             "env_root": config["env_root"],
         },
         sort_keys=True,
@@ -103,68 +94,14 @@ def adapter_params(wildcards):
     return json.dumps(config["adapters"][wildcards.adapter], sort_keys=True)
 
 
-def server_job(server, runtime=False):
-    """The server job's plain parameters (engine, flags, workload, repetitions), sorted JSON."""
-    srv = config["servers"][server]
-    eng = config["engines"][srv["engine"]]
-    rl = config.get("runtime_load") or {}
-    adapters = server_adapters(config, server)
-    if runtime:
-        adapters = [a for a in adapters if a != rl["adapter"]]
-    return json.dumps(
-        {
-            "server_id": server + ("-runtime" if runtime else ""),
-            "engine_id": srv["engine"],
-            "engine": eng["kind"],
-            "engine_version": eng["version"],
-            "served_name": config["model"]["name"],
-            "lora": srv["lora"],
-            "adapters": adapters,
-            "max_loras": srv.get("max_loras"),
-            "max_cpu_loras": srv.get("max_cpu_loras"),
-            "max_lora_rank": srv.get("max_lora_rank"),
-            "runtime_lora": runtime,
-            "args": srv.get("args", {}),
-            "compile_cache": (
-                f"results/cache/{srv['engine']}" if config["compile_cache"] else "off"
-            ),
-            "env": {**eng.get("env", {}), **srv.get("env", {})},
-            "conditions": srv["conditions"],
-            "bursts": sorted(config["bursts"]),
-            "repetitions": config["repetitions"],
-            "bursts_per_measurement": config["bursts_per_measurement"],
-            "warmup_bursts": config["warmup_bursts"],
-            "load": config["load"],
-            "shuffle_seed": config["workload"]["seed"],
-            "request_timeout_s": config["request_timeout_s"],
-            "readiness_timeout_s": config["readiness_timeout_s"],
-            "metrics_interval_s": config["metrics_interval_s"],
-            "min_measurement_s": config["min_measurement_s"],
-            "max_bursts_per_measurement": config["max_bursts_per_measurement"],
-            "max_repetitions": config["max_repetitions"],
-            "target_ci_pct": config["target_ci_pct"],
-            "outlier_fraction": config["outlier_fraction"],
-            "harness": config["harness"],
-            "server_starts": config["server_starts"],
-            "runnable": engine_runnable(srv["engine"]),
-            "hardware": HARDWARE,
-            "runtime_load": rl if runtime else None,
-        },
-        sort_keys=True,
-    )
+def server_job_params(server, runtime=False):
+    """The server job (lorabench.job.ServerJob) as the rule's params: sorted JSON of everything that changes
+    its measurement."""
+    return server_job(config, server, HARDWARE, runtime=runtime).to_json()
 
 
-def server_inputs(wildcards, runtime=False):
-    server = wildcards.server
-    inputs = {
-        "env": f"results/envs/{engine_of(server)}.json",
-        "model": "results/model/manifest.json",
-        "requests": "results/workload/requests.json",
-        "adapters": [
-            f"results/adapters/{a}.json" for a in server_adapters(config, server)
-        ],
-    }
-    return inputs
+def server_inputs(wildcards):
+    return input_paths(config, wildcards.server)
 
 
 def runtime_servers():

@@ -6,6 +6,7 @@ rule server_loadtest:
         unpack(server_inputs),
         code=code(
             "loadtest",
+            "job",
             "server",
             "metrics",
             "resources",
@@ -29,7 +30,7 @@ rule server_loadtest:
         # one measuring job per device: the default workflow profile has one of these per device
         lorabench_device=1,
     params:
-        job=lambda wc: server_job(wc.server),
+        job=lambda wc: server_job_params(wc.server),
     script:
         "../scripts/server_loadtest.py"
 
@@ -40,6 +41,7 @@ rule runtime_load:
         code=code(
             "runtime_load",
             "loadtest",
+            "job",
             "server",
             "metrics",
             "resources",
@@ -58,6 +60,6 @@ rule runtime_load:
     resources:
         lorabench_device=1,
     params:
-        job=lambda wc: server_job(wc.server, runtime=True),
+        job=lambda wc: server_job_params(wc.server, runtime=True),
     script:
         "../scripts/runtime_load.py"

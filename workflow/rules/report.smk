@@ -71,7 +71,7 @@ rule report_render:
             "results/adapters/{adapter}.json", adapter=sorted(config["adapters"])
         ),
         envs=expand("results/envs/{engine}.json", engine=sorted(config["engines"])),
-        templates=sorted(str(p) for p in Path("report/templates").glob("*")),
+        templates=sorted(_rel(p) for p in TEMPLATES.glob("*")),
         code=code("report", "plots", "provenance", "stats", "queues"),
     output:
         html="results/report/index.html",
@@ -81,6 +81,7 @@ rule report_render:
     params:
         study=STUDY,
         config=json.dumps(config, sort_keys=True),
+        checkout=_rel(workflow.basedir),
     script:
         "../scripts/report_render.py"
 

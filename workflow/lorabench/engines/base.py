@@ -4,33 +4,64 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
 _REGISTRY: dict[str, type[Engine]] = {}
 
 
-@dataclass(frozen=True)
-class ServerSpec:
-    """Everything one server configuration needs to start, in plain values (also what the job depends on)."""
+def setting(*, column: bool = True, lora_only: bool = False, **kw: Any) -> Any:
+    """A server setting read from ``servers.ID`` in the study config by the field's own name (the config schema
+    describes it) and recorded in the server's facts (``facts.json`` ``config``); ``column``: also a column of the
+    summary tables; ``lora_only``: an error in the config of a server with LoRA off."""
+    if "default_factory" not in kw:
+        kw.setdefault("default", None)
+    return field(metadata={"setting": True, "column": column, "lora_only": lora_only}, **kw)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerSettings:
+    """How one server configuration starts, in plain values (what its job depends on); files are named, not yet
+    resolved. A new server setting is one field here marked ``setting()`` plus its key in the config schema."""
 
     server_id: str
     engine: str  # registered engine kind, e.g. "vllm"
-    python: str  # interpreter of the engine's environment
-    env: dict[str, str]  # extra environment variables for the server process only
-    model_path: str
     served_name: str
-    lora: bool
-    adapters: dict[str, str]  # adapter name -> path, loaded at start-up
-    max_loras: int | None = None
-    max_cpu_loras: int | None = None
-    max_lora_rank: int | None = None
+    lora: bool = setting(default=False)
+    max_loras: int | None = setting(lora_only=True)
+    max_cpu_loras: int | None = setting(lora_only=True)
+    max_lora_rank: int | None = setting(lora_only=True)
+    args: dict[str, Any] = setting(column=False, default_factory=dict)  # further engine flags, no leading dashes
     runtime_lora: bool = False  # allow runtime load/unload
-    args: dict[str, Any] = field(default_factory=dict)  # further engine flags, key without leading dashes
     # Compilation cache: a folder shared by the servers of a study, "off" to disable the engine's cache, or ""
     # for the engine's default place.
     compile_cache: str = ""
+    env: dict[str, str] = field(default_factory=dict)  # extra environment variables for the server process only
+
+
+def server_settings() -> tuple[str, ...]:
+    """The fields of ``ServerSettings`` read from ``servers.ID`` by name, in declaration order."""
+    return tuple(f.name for f in fields(ServerSettings) if f.metadata.get("setting"))
+
+
+def server_columns() -> tuple[str, ...]:
+    """The server settings that are columns of the summary tables."""
+    return tuple(f.name for f in fields(ServerSettings) if f.metadata.get("setting") and f.metadata["column"])
+
+
+def lora_settings() -> tuple[str, ...]:
+    """The server settings that only a server with LoRA on may give."""
+    return tuple(f.name for f in fields(ServerSettings) if f.metadata.get("lora_only"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerSpec(ServerSettings):
+    """A server ready to start: its settings with the files resolved (interpreter, weights, adapters)."""
+
+    python: str  # interpreter of the engine's environment
+    model_path: str
+    adapters: dict[str, str] = field(default_factory=dict)  # adapter name -> path, loaded at start-up
 
 
 def _flag(key: str) -> str:

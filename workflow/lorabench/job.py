@@ -1,0 +1,236 @@
+"""The server job as one typed object.
+
+Built once from the study config (``server_job``: the Snakemake rules' params and the benchmark scripts call it),
+serialized once (``ServerJob.to_json``: the rule's params, sorted, so that Snakemake reruns a job exactly when
+something that changes its measurement changes), and read by every consumer: the job scripts, the facts a job
+writes, the summary, the tools that restore or rebuild studies.
+
+A new server setting is one key under ``servers`` in the config schema plus one field of
+``engines.base.ServerSettings`` marked ``setting()``; a new study-wide measurement setting is one top-level key in
+the schema plus one field of ``ServerJob`` marked ``study()``. Both are read from the config by their own names.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError, server_adapters
+from .engines.base import ServerSettings, ServerSpec, server_settings
+from .harness import settings as harness_settings
+from .io import read_json, verify_manifest_files
+
+
+def study(**kw: Any) -> Any:
+    """A field read from the top level of the study config by its own name (the same for every server)."""
+    return field(metadata={"study": True}, **kw)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuntimeLoad:
+    """Runtime adapter loading (``runtime_load`` in the config, less the servers it applies to)."""
+
+    adapter: str  # loaded at run time, not at start
+    repeats: int = 3  # load / first request / warmed requests / unload cycles
+    warmed_requests: int = 5  # requests after the first one, for the warmed median
+    burst: int = 1  # requests per timed burst
+
+
+@dataclass(kw_only=True)
+class ServerJob:
+    """One server job: the server's settings, what it measures and how, in plain values."""
+
+    server: ServerSettings
+    engine_id: str = ""  # the config's id of the engine installation (results/envs/ENGINE_ID.json)
+    engine_version: str = ""
+    adapters: list[str] = field(default_factory=list)  # loaded at start, by name
+    conditions: list[str] = field(default_factory=list)
+    bursts: list[int] = field(default_factory=list)
+    repetitions: int = study(default=1)  # at least this many measurements per cell
+    max_repetitions: int = study(default=0)  # adaptive repetitions up to this many (0: exactly ``repetitions``)
+    target_ci_pct: float = study(default=2.0)  # ... until the 95 % interval of the cell's median is within ± this
+    bursts_per_measurement: int = study(default=1)  # at least this many bursts per measurement
+    min_measurement_s: float = study(default=0.0)  # bursts repeated until their summed wall time reaches this
+    max_bursts_per_measurement: int = study(default=1000)
+    warmup_bursts: int = study(default=1)
+    outlier_fraction: float = study(default=0.75)  # bursts below this x their measurement's median count as slow
+    server_starts: int = study(default=1)  # the server starts this many times in turn, repetitions spread over them
+    request_timeout_s: float = study(default=300.0)
+    readiness_timeout_s: float = study(default=600.0)
+    metrics_interval_s: float = study(default=0.5)
+    load: dict[str, Any] = study(default_factory=lambda: {"shape": "burst"})
+    harness: dict[str, str] = study(default_factory=dict)
+    shuffle_seed: int = 0  # the workload's seed: the measurement order
+    hardware: str = ""  # "cpu" or "gpu"; detected when empty
+    runnable: bool = True  # False: the engine needs a GPU this machine lacks
+    runtime_load: RuntimeLoad | None = None  # a runtime-loading job rather than a measuring one
+
+    def __post_init__(self) -> None:
+        self.harness = harness_settings(self.harness)
+        self.max_repetitions = max(self.max_repetitions, self.repetitions)
+
+    @property
+    def server_id(self) -> str:
+        return self.server.server_id
+
+    def to_json(self) -> str:
+        """The job as the rule's params: sorted JSON of everything that changes its measurement."""
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ServerJob:
+        """The job from its params (``to_json``'s object); an unknown or missing key is an error naming it."""
+        d = dict(d)
+        rl = d.pop("runtime_load", None)
+        return cls(
+            server=_typed(ServerSettings, d.pop("server", None), "server"),
+            runtime_load=_typed(RuntimeLoad, rl, "runtime_load") if rl else None,
+            **_known(cls, d, "", given=("server", "runtime_load")),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> ServerJob:
+        return cls.from_dict(json.loads(text))
+
+    def facts_config(self) -> dict[str, Any]:
+        """The server's configuration as its facts record it (``facts.json`` ``config``)."""
+        return {
+            **{k: getattr(self.server, k) for k in server_settings()},
+            "adapters": sorted(self.adapters),
+            "conditions": list(self.conditions),
+            "bursts": sorted(self.bursts),
+        }
+
+    def measurement_facts(self) -> dict[str, Any]:
+        """How the job measures, as its facts record it (``facts.json`` ``measurement``)."""
+        return {
+            "min_repetitions": self.repetitions,
+            "max_repetitions": self.max_repetitions,
+            "target_ci_pct": self.target_ci_pct,
+            "min_measurement_s": self.min_measurement_s,
+            "min_bursts": self.bursts_per_measurement,
+            "max_bursts": self.max_bursts_per_measurement,
+            "outlier_fraction": self.outlier_fraction,
+            "server_starts": self.server_starts,
+        }
+
+
+def _known(cls: type, d: dict[str, Any], where: str, given: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``d`` when its keys are fields of ``cls`` and every required field (but those ``given`` apart) is there."""
+    unknown = sorted(set(d) - {f.name for f in fields(cls)} - set(given))
+    if unknown:
+        raise ValueError(f"server job: unknown key(s) {', '.join(where + k for k in unknown)}")
+    required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+    missing = sorted(set(required) - set(d) - set(given))
+    if missing:
+        raise ValueError(f"server job: missing key(s) {', '.join(where + k for k in missing)}")
+    return d
+
+
+def _typed(cls: type, d: Any, key: str) -> Any:
+    if not isinstance(d, dict):
+        raise ValueError(f"server job: {key} must be an object, not {d!r}")
+    return cls(**_known(cls, d, key + "."))
+
+
+def study_settings() -> tuple[str, ...]:
+    """The fields of ``ServerJob`` read from the top level of the config by name."""
+    return tuple(f.name for f in fields(ServerJob) if f.metadata.get("study"))
+
+
+def engine_runnable(config: dict[str, Any], engine_id: str, hardware: str) -> bool:
+    """Whether the engine can run on this machine (``requires_gpu`` engines need a GPU)."""
+    return hardware == "gpu" or not config["engines"][engine_id].get("requires_gpu", False)
+
+
+def server_job(
+    config: dict[str, Any], server: str, hardware: str, runtime: bool = False, results: str = "results"
+) -> ServerJob:
+    """The job of ``servers.SERVER`` in a checked config (with ``runtime``: its runtime-loading copy, started
+    without the runtime adapter and with runtime updates allowed); ``results`` is the study's results folder."""
+    if server not in config["servers"]:
+        raise ConfigError(f"servers.{server}: no such server (known: {sorted(config['servers'])})")
+    srv = config["servers"][server]
+    eng = config["engines"][srv["engine"]]
+    rl = dict(config.get("runtime_load") or {})
+    if runtime and not rl:
+        raise ConfigError(f"runtime_load: not configured, so server {server!r} has no runtime-loading job")
+    adapters = server_adapters(config, server)
+    if runtime:
+        adapters = [a for a in adapters if a != rl["adapter"]]
+    settings = ServerSettings(
+        server_id=server + ("-runtime" if runtime else ""),
+        engine=eng["kind"],
+        served_name=config["model"]["name"],
+        runtime_lora=runtime,
+        compile_cache=f"{results}/cache/{srv['engine']}" if config["compile_cache"] else "off",
+        env={**eng.get("env", {}), **srv.get("env", {})},
+        **{k: srv[k] for k in server_settings() if k in srv},
+    )
+    rl.pop("server", None)
+    return ServerJob(
+        server=settings,
+        engine_id=srv["engine"],
+        engine_version=eng["version"],
+        adapters=adapters,
+        conditions=list(srv["conditions"]),
+        bursts=sorted(config["bursts"]),
+        shuffle_seed=config["workload"]["seed"],
+        hardware=hardware,
+        runnable=engine_runnable(config, srv["engine"], hardware),
+        runtime_load=RuntimeLoad(**rl) if runtime else None,
+        **{k: config[k] for k in study_settings()},
+    )
+
+
+def input_paths(config: dict[str, Any], server: str, results: str = "results") -> dict[str, Any]:
+    """The files a server job reads, under the study's results folder: engine environment, model and adapter
+    manifests (every adapter of the server, the runtime one included), the request set."""
+    return {
+        "env": f"{results}/envs/{config['servers'][server]['engine']}.json",
+        "model": f"{results}/model/manifest.json",
+        "requests": f"{results}/workload/requests.json",
+        "adapters": [f"{results}/adapters/{a}.json" for a in server_adapters(config, server)],
+    }
+
+
+@dataclass(frozen=True)
+class JobInputs:
+    """A server job's input files, read: the server ready to start, the request set, the adapters built."""
+
+    spec: ServerSpec
+    request_set: str  # path of the request-set JSON
+    adapter_paths: dict[str, str]  # every adapter the server's manifests list (runtime loads are limited to these)
+    engine_version: str  # as the engine's environment reports it
+
+
+def read_inputs(
+    job: ServerJob, env: str | Path, model: str | Path, requests: str | Path, adapters: list[str]
+) -> JobInputs:
+    """Resolve a job's files (the paths ``input_paths`` names): interpreter, weights and adapter paths."""
+    env_info = read_json(env)
+    paths = {}
+    for f in adapters:
+        m = read_json(f)
+        verify_manifest_files(m, f"adapter {m['name']}")
+        paths[m["name"]] = m["path"]
+    missing = sorted(set(job.adapters) - set(paths))
+    if missing:
+        raise ValueError(f"servers.{job.server_id}.adapters: no manifest given for {missing}")
+    settings = {f.name: getattr(job.server, f.name) for f in fields(ServerSettings)}
+    settings["env"] = {**env_info.get("env", {}), **job.server.env}
+    spec = ServerSpec(
+        **settings,
+        python=env_info["python"],
+        model_path=read_json(model)["path"],
+        adapters={a: paths[a] for a in job.adapters},
+    )
+    return JobInputs(spec, str(requests), paths, env_info.get("version") or "")
+
+
+def read_inputs_in(job: ServerJob, config: dict[str, Any], server: str, results: str | Path) -> JobInputs:
+    """``read_inputs`` for the files of ``server`` under a study's results folder (what the rules would give)."""
+    p = input_paths(config, server, str(results))
+    return read_inputs(job, p["env"], p["model"], p["requests"], p["adapters"])
