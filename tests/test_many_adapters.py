@@ -4,28 +4,19 @@ fixed seed: expansion, clear errors, and the request sets each assignment gives 
 from __future__ import annotations
 
 import copy
-import os
 from collections import Counter
 
 import pytest
 import yaml
 
-from lorabench.config import ConfigError, load_and_check
+from lorabench.config import ConfigError
 from lorabench.loadgen.workload import build_request_set
 
 from .conftest import ROOT
+from .test_config import check
 
 DEFAULT = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
 WORKLOAD = {"prompt": "p", "max_tokens": 4, "temperature": 0.0, "ignore_eos": True, "seed": 7}
-
-
-def check(cfg):
-    cwd = os.getcwd()
-    os.chdir(ROOT)
-    try:
-        return load_and_check(cfg)
-    finally:
-        os.chdir(cwd)
 
 
 def with_family(count=32, cond_count=8, assignment="zipf"):
