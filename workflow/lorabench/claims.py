@@ -17,9 +17,11 @@ which hardware each side used.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -256,84 +258,120 @@ def _artifact(key: str, ctx: Context) -> tuple[Any, str, list[str]]:
     )
 
 
-def _probe(name: str, ctx: Context) -> tuple[Any, str, list[str]]:
+ProbeResult = tuple[Any, str, list[str]]
+PROBES: dict[str, Callable[[Context], ProbeResult]] = {}
+
+
+def probe(*names: str) -> Callable[[Callable[..., ProbeResult]], Callable[..., ProbeResult]]:
+    """Register a behaviour probe under the names claims use (``measure: {kind: probe, probe: NAME}``); a probe
+    registered under several names gets the name as its second argument."""
+
+    def register(fn: Callable[..., ProbeResult]) -> Callable[..., ProbeResult]:
+        for name in names:
+            PROBES[name] = functools.partial(_named, fn, name) if len(names) > 1 else fn
+        return fn
+
+    return register
+
+
+def _named(fn: Callable[..., ProbeResult], name: str, ctx: Context) -> ProbeResult:
+    return fn(ctx, name)
+
+
+def _probe(name: str, ctx: Context) -> ProbeResult:
+    if name not in PROBES:
+        raise ValueError(f"unknown probe {name!r}; known: {sorted(PROBES)}")
+    return PROBES[name](ctx)
+
+
+def _runtime(ctx: Context) -> tuple[dict[str, Any] | None, str]:
     rt = ctx.runtime[0] if ctx.runtime else None
-    rt_reason = str(ctx.runtime_all[0].get("status")) if ctx.runtime_all else "no runtime_load in this study"
-    if name in ("wrong_model_rejected", "models_listed"):
-        key = "wrong_model_rejected" if name == "wrong_model_rejected" else "models_listed_ok"
-        vals = {s: f.get("probes", {}).get(key) for s, f in ctx.raw_facts.items() if f.get("status") == "ok"}
-        if not vals:
-            return None, "no server ran", []
-        detail = (
-            {
-                s: f.get("probes", {}).get("wrong_model_status")
-                for s, f in ctx.raw_facts.items()
-                if f.get("status") == "ok"
-            }
-            if key == "wrong_model_rejected"
-            else {}
-        )
-        return (
-            all(vals.values()),
-            (f"HTTP status per server: {detail}" if detail else f"{len(vals)} servers"),
-            [f"server:{s}" for s in vals],
-        )
-    if name == "cold_slower_than_resident":
-        if not rt:
-            return None, rt_reason, []
-        # "Slower" must exceed the resident adapter's own variation across cycles (and at least 2 %).
-        resident = [c["resident_latency_ms"] for c in rt["cycles"]]
-        res_med = statistics.median(resident)
-        margin = max(0.02, (max(resident) - min(resident)) / res_med)
-        cold = rt["cold_latency_ms_median"]
-        return (
-            cold > res_med * (1 + margin),
-            (
-                f"median latency cold {cold:.1f} ms vs resident {res_med:.1f} ms ({100 * (cold / res_med - 1):+.1f}%; "
-                f"counts as slower above +{100 * margin:.1f}%, the resident requests' own range); warmed new "
-                f"adapter {rt['warm_latency_ms_median']:.1f} ms"
-            ),
-            ["runtime_load"],
-        )
-    if name == "runtime_load_seconds":
-        if not rt:
-            return None, rt_reason, []
-        return rt["load_s_median"], f"median of {len(rt['cycles'])} load calls (HTTP round trip)", ["runtime_load"]
-    if name == "max_cpu_loras_below_max_loras_rejected":
-        if not rt or not rt.get("max_cpu_loras_probe"):
-            return None, rt_reason if not rt else "engine has no max_cpu_loras", []
-        p = rt["max_cpu_loras_probe"]
-        return (
-            p["refused"],
-            f"max_loras {p['max_loras']}, max_cpu_loras {p['max_cpu_loras']}: {p['detail']}",
-            ["runtime_load"],
-        )
-    if name == "readiness_seconds_lora_vs_off":
-        on = [f["readiness_s"] for f in ctx.facts if f.get("lora") and f.get("readiness_s")]
-        off = [f["readiness_s"] for f in ctx.facts if f.get("lora") is False and f.get("readiness_s")]
-        if not on or not off:
-            return None, "needs a LoRA-on and a LoRA-off server", []
-        a, b = statistics.median(on), statistics.median(off)
-        return a > b, f"median readiness LoRA on {a:.1f} s vs off {b:.1f} s", ["server_facts"]
-    if name == "first_measurement_low":
-        rows = [
-            r
-            for r in ctx.rows
-            if r.get("lora")
-            and r.get("condition") != "base"
-            and r.get("status") == "ok"
-            and r.get("warmup_throughput")
-            and r.get("throughput_min")
-        ]
-        if not rows:
-            return None, "no adapter rows measured", []
-        low = [r for r in rows if r["warmup_throughput"] < r["throughput_min"]]
-        return (
-            len(low) * 2 > len(rows),
-            (f"first (warm-up) burst below every measured repetition in {len(low)} of {len(rows)} adapter rows"),
-            [_evidence(r) for r in low[:4]],
-        )
-    raise ValueError(f"unknown probe {name!r}")
+    return rt, str(ctx.runtime_all[0].get("status")) if ctx.runtime_all else "no runtime_load in this study"
+
+
+@probe("wrong_model_rejected", "models_listed")
+def _server_probe(ctx: Context, name: str) -> ProbeResult:
+    key = "wrong_model_rejected" if name == "wrong_model_rejected" else "models_listed_ok"
+    ok = {s: f for s, f in ctx.raw_facts.items() if f.get("status") == "ok"}
+    vals = {s: f.get("probes", {}).get(key) for s, f in ok.items()}
+    if not vals:
+        return None, "no server ran", []
+    status = {s: f.get("probes", {}).get("wrong_model_status") for s, f in ok.items()}
+    note = f"HTTP status per server: {status}" if key == "wrong_model_rejected" else f"{len(vals)} servers"
+    return all(vals.values()), note, [f"server:{s}" for s in vals]
+
+
+@probe("cold_slower_than_resident")
+def _cold_slower(ctx: Context) -> ProbeResult:
+    rt, why = _runtime(ctx)
+    if not rt:
+        return None, why, []
+    # "Slower" must exceed the resident adapter's own variation across cycles (and at least 2 %).
+    resident = [c["resident_latency_ms"] for c in rt["cycles"]]
+    res_med = statistics.median(resident)
+    margin = max(0.02, (max(resident) - min(resident)) / res_med)
+    cold = rt["cold_latency_ms_median"]
+    return (
+        cold > res_med * (1 + margin),
+        (
+            f"median latency cold {cold:.1f} ms vs resident {res_med:.1f} ms ({100 * (cold / res_med - 1):+.1f}%; "
+            f"counts as slower above +{100 * margin:.1f}%, the resident requests' own range); warmed new "
+            f"adapter {rt['warm_latency_ms_median']:.1f} ms"
+        ),
+        ["runtime_load"],
+    )
+
+
+@probe("runtime_load_seconds")
+def _load_seconds(ctx: Context) -> ProbeResult:
+    rt, why = _runtime(ctx)
+    if not rt:
+        return None, why, []
+    return rt["load_s_median"], f"median of {len(rt['cycles'])} load calls (HTTP round trip)", ["runtime_load"]
+
+
+@probe("max_cpu_loras_below_max_loras_rejected")
+def _cpu_loras_refused(ctx: Context) -> ProbeResult:
+    rt, why = _runtime(ctx)
+    if not rt or not rt.get("max_cpu_loras_probe"):
+        return None, why if not rt else "engine has no max_cpu_loras", []
+    p = rt["max_cpu_loras_probe"]
+    return (
+        p["refused"],
+        f"max_loras {p['max_loras']}, max_cpu_loras {p['max_cpu_loras']}: {p['detail']}",
+        ["runtime_load"],
+    )
+
+
+@probe("readiness_seconds_lora_vs_off")
+def _readiness_lora_vs_off(ctx: Context) -> ProbeResult:
+    on = [f["readiness_s"] for f in ctx.facts if f.get("lora") and f.get("readiness_s")]
+    off = [f["readiness_s"] for f in ctx.facts if f.get("lora") is False and f.get("readiness_s")]
+    if not on or not off:
+        return None, "needs a LoRA-on and a LoRA-off server", []
+    a, b = statistics.median(on), statistics.median(off)
+    return a > b, f"median readiness LoRA on {a:.1f} s vs off {b:.1f} s", ["server_facts"]
+
+
+@probe("first_measurement_low")
+def _first_low(ctx: Context) -> ProbeResult:
+    rows = [
+        r
+        for r in ctx.rows
+        if r.get("lora")
+        and r.get("condition") != "base"
+        and r.get("status") == "ok"
+        and r.get("warmup_throughput")
+        and r.get("throughput_min")
+    ]
+    if not rows:
+        return None, "no adapter rows measured", []
+    low = [r for r in rows if r["warmup_throughput"] < r["throughput_min"]]
+    return (
+        len(low) * 2 > len(rows),
+        f"first (warm-up) burst below every measured repetition in {len(low)} of {len(rows)} adapter rows",
+        [_evidence(r) for r in low[:4]],
+    )
 
 
 def _slot_shortage_defers(ctx: Context, engine: str | None) -> tuple[Any, str, list[str]]:

@@ -194,23 +194,9 @@ def engine_comparison(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def aggregate(
-    measurement_files: list[str],
-    fact_files: list[str],
-    runtime_files: list[str],
-    env_files: list[str],
-    baseline: dict[str, Any] | None,
-    conditions: dict[str, Any],
-    out: dict[str, str],
-) -> dict[str, Any]:
-    facts = {Path(f).parent.name: read_json(f) for f in fact_files}
-    all_rows = []
-    for f in measurement_files:
-        all_rows += [_flatten(m) for m in read_jsonl(f)]
-    mdf = pd.DataFrame(all_rows)
-    Path(out["measurements"]).parent.mkdir(parents=True, exist_ok=True)
-    mdf.to_csv(out["measurements"], index=False)
-
+def _cell_rows(facts: dict[str, dict[str, Any]], mdf: pd.DataFrame, conditions: dict[str, Any]) -> pd.DataFrame:
+    """One row per server x condition x burst that the servers' configs list, with its statistics where it was
+    measured (summarize_cell) and a status that says why where it was not."""
     rows: list[dict[str, Any]] = []
     for server, fact in sorted(facts.items()):
         cfg = fact.get("config", {})
@@ -240,61 +226,84 @@ def aggregate(
                     else:
                         cell["status"] = "missing: no measurements"
                 rows.append(cell)
-    sdf = pd.DataFrame(rows)
-    # Ratio to the baseline (same burst size).
+    return pd.DataFrame(rows)
+
+
+def _baseline_ratios(sdf: pd.DataFrame, baseline: dict[str, Any] | None) -> None:
+    """Each row's median against the study's baseline cell at the same burst size, in percent."""
     sdf["baseline"] = ""
     sdf["ratio_to_baseline_pct"] = float("nan")
-    if baseline and len(sdf) and "throughput_median" in sdf:
-        bsel = sdf[(sdf["server"] == baseline["server"]) & (sdf["condition"] == baseline["condition"])]
-        for _, b in bsel.iterrows():
-            same = sdf["burst"] == b["burst"]
-            if b.get("throughput_median") and not math.isnan(b["throughput_median"]):
-                sdf.loc[same, "ratio_to_baseline_pct"] = 100 * (
-                    sdf.loc[same, "throughput_median"] / b["throughput_median"] - 1
-                )
-                sdf.loc[same, "baseline"] = f"{baseline['server']}/{baseline['condition']}"
+    if not baseline or not len(sdf) or "throughput_median" not in sdf:
+        return
+    bsel = sdf[(sdf["server"] == baseline["server"]) & (sdf["condition"] == baseline["condition"])]
+    for _, b in bsel.iterrows():
+        same = sdf["burst"] == b["burst"]
+        if b.get("throughput_median") and not math.isnan(b["throughput_median"]):
+            sdf.loc[same, "ratio_to_baseline_pct"] = 100 * (
+                sdf.loc[same, "throughput_median"] / b["throughput_median"] - 1
+            )
+            sdf.loc[same, "baseline"] = f"{baseline['server']}/{baseline['condition']}"
+
+
+def _gpu_used(f: dict[str, Any], key: str) -> Any:
+    g = f.get(key)
+    return sum(x["used_mib"] for x in g) if g else None
+
+
+def _fact_row(server: str, f: dict[str, Any]) -> dict[str, Any]:
+    """One server's facts as a table row: settings, readiness, what its log says, memory, where its time went."""
+    lg = f.get("log", {})
+    probes = f.get("probes", {})
+    machine = f.get("machine") or {}
+    return {
+        "server": server,
+        "engine": f.get("engine"),
+        "engine_version": f.get("engine_version"),
+        "status": f.get("status", "ok"),
+        **{k: f.get("config", {}).get(k) for k in SERVER_KEYS},
+        "readiness_s": f.get("readiness_s"),
+        "kv_cache_tokens": lg.get("kv_cache_tokens"),
+        "max_concurrency_x": lg.get("max_concurrency_x"),
+        "cuda_graph_captures": lg.get("cuda_graph_captures"),
+        "attention_backend": lg.get("attention_backend"),
+        "torch_compile_s": lg.get("torch_compile_s"),
+        "compile_cache": lg.get("compile_cache"),
+        "readiness_starts_s": ";".join(f"{x:.1f}" for x in f.get("readiness_starts_s") or []) or None,
+        "engine_init_s": lg.get("engine_init_s"),
+        "gpu_mem_ready_mib": _gpu_used(f, "gpu_memory_ready_mib"),
+        "gpu_mem_peak_mib": sum((probes.get("gpu_memory_peak_mib") or {}).values()) or None,
+        "gpu_mem_after_stop_mib": _gpu_used(f, "gpu_memory_after_stop_mib"),
+        "host_rss_ready_mib": f.get("host_rss_ready_mib"),
+        "host_rss_end_mib": f.get("host_rss_end_mib"),
+        "hardware": machine.get("hardware"),
+        "device": (machine.get("gpus") or [{}])[0].get("name") or machine.get("cpu"),
+        "models_listed_ok": probes.get("models_listed_ok"),
+        **{f"time_{k}": v for k, v in (f.get("timing") or {}).items()},
+        "wrong_model_status": probes.get("wrong_model_status"),
+    }
+
+
+def aggregate(
+    measurement_files: list[str],
+    fact_files: list[str],
+    runtime_files: list[str],
+    env_files: list[str],
+    baseline: dict[str, Any] | None,
+    conditions: dict[str, Any],
+    out: dict[str, str],
+) -> dict[str, Any]:
+    """The study's tables from its server jobs: every measurement (measurements.csv), one row per cell with its
+    statistics and ratios (summary.csv), one row per server's facts (server_facts.csv), and all of it with the
+    runtime-loading results and environments in summary.json."""
+    facts = {Path(f).parent.name: read_json(f) for f in fact_files}
+    mdf = pd.DataFrame([_flatten(m) for f in measurement_files for m in read_jsonl(f)])
+    Path(out["measurements"]).parent.mkdir(parents=True, exist_ok=True)
+    mdf.to_csv(out["measurements"], index=False)
+    sdf = _cell_rows(facts, mdf, conditions)
+    _baseline_ratios(sdf, baseline)
     _engine_baselines(sdf)
     sdf.drop(columns=["values"], errors="ignore").to_csv(out["summary"], index=False)
-
-    def gpu_used(f: dict[str, Any], key: str) -> Any:
-        g = f.get(key)
-        return sum(x["used_mib"] for x in g) if g else None
-
-    frows = []
-    for server, f in sorted(facts.items()):
-        lg = f.get("log", {})
-        probes = f.get("probes", {})
-
-        frows.append(
-            {
-                "server": server,
-                "engine": f.get("engine"),
-                "engine_version": f.get("engine_version"),
-                "status": f.get("status", "ok"),
-                **{k: f.get("config", {}).get(k) for k in SERVER_KEYS},
-                "readiness_s": f.get("readiness_s"),
-                "kv_cache_tokens": lg.get("kv_cache_tokens"),
-                "max_concurrency_x": lg.get("max_concurrency_x"),
-                "cuda_graph_captures": lg.get("cuda_graph_captures"),
-                "attention_backend": lg.get("attention_backend"),
-                "torch_compile_s": lg.get("torch_compile_s"),
-                "compile_cache": lg.get("compile_cache"),
-                "readiness_starts_s": ";".join(f"{x:.1f}" for x in f.get("readiness_starts_s") or []) or None,
-                "engine_init_s": lg.get("engine_init_s"),
-                "gpu_mem_ready_mib": gpu_used(f, "gpu_memory_ready_mib"),
-                "gpu_mem_peak_mib": sum((probes.get("gpu_memory_peak_mib") or {}).values()) or None,
-                "gpu_mem_after_stop_mib": gpu_used(f, "gpu_memory_after_stop_mib"),
-                "host_rss_ready_mib": f.get("host_rss_ready_mib"),
-                "host_rss_end_mib": f.get("host_rss_end_mib"),
-                "hardware": (f.get("machine") or {}).get("hardware"),
-                "device": ((f.get("machine") or {}).get("gpus") or [{}])[0].get("name")
-                or (f.get("machine") or {}).get("cpu"),
-                "models_listed_ok": probes.get("models_listed_ok"),
-                **{f"time_{k}": v for k, v in (f.get("timing") or {}).items()},
-                "wrong_model_status": probes.get("wrong_model_status"),
-            }
-        )
-    fdf = pd.DataFrame(frows)
+    fdf = pd.DataFrame([_fact_row(server, f) for server, f in sorted(facts.items())])
     fdf.to_csv(out["facts"], index=False)
     runtime = [read_json(f) for f in runtime_files]
     envs = [read_json(f) for f in env_files]
