@@ -38,6 +38,12 @@ ABSOLUTE_UNITS = ("tok_s", "MiB", "s", "ms")
 Span = tuple[float, float] | None  # for throughput ratios: the span the two medians' 95 % intervals allow
 
 
+def _throughput_span(num: dict[str, Any], den: dict[str, Any]) -> Span:
+    """The span of num/den in percent that the two medians' intervals allow, or None where they have none."""
+    r = ratio_span(num, den)
+    return (r[1], r[2]) if r and not math.isnan(r[1]) else None
+
+
 class Inconclusive(str):
     """A behaviour probe's answer when the data cannot tell (intervals overlap); the text says why."""
 
@@ -151,8 +157,7 @@ def _ratio(m: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, str, l
     note = "; ".join(x for x in {n1, n2} if x)
     span: Span = None
     if m["metric"] == "throughput_tok_s":
-        r = ratio_span(num, den)
-        span = (r[1], r[2]) if r and r[1] == r[1] else None
+        span = _throughput_span(num, den)
     return 100.0 * (a / b - 1), note, [_evidence(num), _evidence(den)], span
 
 
@@ -191,8 +196,7 @@ def _adapter_scaling(m: dict[str, Any], ctx: Context) -> tuple[Any, str, list[st
         return None, str(why), [], None
     _, _, _, server, few, many = sorted(candidates, key=lambda c: (-c[0], -c[1], -c[2], c[3]))[0]
     value = 100.0 * (many["throughput_median"] / few["throughput_median"] - 1)
-    r = ratio_span(many, few)
-    span = (r[1], r[2]) if r and r[1] == r[1] else None
+    span = _throughput_span(many, few)
     note = (
         f"{server} (max_loras {few.get('max_loras')}, max_cpu_loras {few.get('max_cpu_loras') or 'default'}), "
         f"{m['assignment']}, burst {few['burst']}: {_adapter_count(many)} adapters "

@@ -10,7 +10,6 @@ file atomically, so an interrupted job never leaves results that look complete.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import random
@@ -605,8 +604,7 @@ def _serve_and_measure(
     ready: list[float] = []
     stop_s = 0.0
     t_job = time.monotonic()
-    telemetry = GpuTelemetry(lease.device, cpus=cpus.server) if lease.device != "cpu" else None
-    with telemetry or contextlib.nullcontext():
+    with GpuTelemetry(lease.device, cpus=cpus.server) as telemetry:  # inactive on a CPU-only machine
         for k in range(job.server_starts):
             srv = make_server()
             facts = facts or _facts_head(job, inputs, srv, cpus, lease)

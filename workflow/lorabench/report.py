@@ -251,8 +251,13 @@ def _ratio(num: dict[str, Any], den: dict[str, Any]) -> tuple[float, float, floa
     return span
 
 
+def _beyond(lo: float, hi: float) -> bool:
+    """Does a ratio's span (percent) leave out 0, so that the difference is beyond our spread?"""
+    return lo > 0 or hi < 0
+
+
 def _stable(lo: float, hi: float) -> str:
-    return "a difference beyond our spread" if lo > 0 or hi < 0 else "within our spread: no difference shown"
+    return "a difference beyond our spread" if _beyond(lo, hi) else "within our spread: no difference shown"
 
 
 def _cell(rows: list[dict[str, Any]], burst: int, lora: bool, cond: str, most_slots: bool = False) -> Any:
@@ -269,7 +274,7 @@ def _finding(key: str, question: str, what: str, pairs: list[tuple[int, Any, Any
     for burst, num, den in pairs:
         m, lo, hi = _ratio(num, den)
         parts.append(f"burst {burst}: {m:+.1f}%{_span_text(lo, hi)}")
-        if lo > 0 or hi < 0:
+        if _beyond(lo, hi):
             beyond.append(str(burst))
     if not pairs:
         return None
@@ -324,7 +329,7 @@ def findings(rows: list[dict[str, Any]], runtime: list[dict[str, Any]], comparis
                                   f"then {rt['warm_ttft_ms_median']:.0f} ms warm vs {rt['resident_ttft_ms_median']:.0f}"
                                   " ms for a resident adapter"})  # fmt: skip
     if comparison:
-        diffs = [c for c in comparison if c["ratio_lo_pct"] > 0 or c["ratio_hi_pct"] < 0]
+        diffs = [c for c in comparison if _beyond(c["ratio_lo_pct"], c["ratio_hi_pct"])]
         c0 = comparison[0]
         med = statistics.median(c["ratio_pct"] for c in comparison)
         a = f"{len(diffs)} of {len(comparison)} paired rows differ beyond the spread; median ratio {med:+.1f}%"

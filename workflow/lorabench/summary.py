@@ -133,7 +133,7 @@ def summarize_cell(
     sm = _col(ms, "m_gpu_sm_mhz_mean").dropna()
     if len(sm):
         row["gpu_sm_mhz_median"] = float(sm.median())
-        row["gpu_sm_mhz_spread_pct"] = float(100 * (sm.max() - sm.min()) / 2 / sm.median()) if sm.median() else None
+        row["gpu_sm_mhz_spread_pct"] = Summary.of(list(sm)).spread_pct
         row["gpu_power_w_median"] = float(_col(ms, "m_gpu_power_w_mean").dropna().median())
         tp = ms.loc[sm.index, "throughput_tok_s"]
         row["gpu_sm_mhz_throughput_corr"] = float(sm.corr(tp)) if len(sm) >= 3 and sm.std() > 0 else None
