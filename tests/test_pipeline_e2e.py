@@ -120,6 +120,8 @@ def test_runtime_load_measured(study: Path):
     load = read_json(study / "results/runtime_load/lora-2/load.json")
     assert load["status"] == "ok" and load["load_ok"] and load["unlisted_path_refused"]
     assert all(c["request_after_unload_status"] == 404 for c in load["cycles"])
+    # vLLM forgets an unloaded adapter: gone from /v1/models, and no request loads it again
+    assert load["unload_ok"] and not load["reloads_on_request"]
     assert load["max_cpu_loras_probe"]["refused"]
 
 

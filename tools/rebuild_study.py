@@ -22,6 +22,7 @@ from lorabench.engines import get_engine  # noqa: E402
 from lorabench.io import read_json, setup_job_logging, write_json, write_jsonl  # noqa: E402
 from lorabench.job import server_job  # noqa: E402
 from lorabench.report import render_report  # noqa: E402
+from lorabench.runtime_load import load_result  # noqa: E402
 from lorabench.summary import aggregate  # noqa: E402
 
 
@@ -58,6 +59,13 @@ def main() -> int:
         if log_path.exists() and facts.get("status") == "ok":
             facts["log"] = get_engine(facts["engine"]).parse_log(log_path.read_text(errors="replace"))
         write_json(out / "servers" / s / "facts.json", facts)
+    # Runtime-loading figures are recomputed from their cycles with this checkout's code, too.
+    for s in runtime:
+        load = read_json(res / "runtime_load" / s / "load.json")
+        rl = server_job(cfg, s, hardware="", runtime=True).runtime_load
+        assert rl is not None
+        load.update(load_result(load["cycles"], rl, load["resident_adapter"], load["unlisted_path_refused"]))
+        write_json(out / "runtime_load" / s / "load.json", load)
     aggregate(
         measurement_files=[
             str(res / "servers" / s / "measurements.jsonl")
@@ -66,7 +74,7 @@ def main() -> int:
             for s in servers
         ],
         fact_files=[str(out / "servers" / s / "facts.json") for s in servers],
-        runtime_files=[str(res / "runtime_load" / s / "load.json") for s in runtime],
+        runtime_files=[str(out / "runtime_load" / s / "load.json") for s in runtime],
         env_files=[str(res / "envs" / f"{e}.json") for e in sorted(cfg["engines"])],
         baseline=cfg.get("baseline"),
         conditions=cfg["conditions"],
@@ -101,9 +109,6 @@ def main() -> int:
         checkout=ROOT,
     )
     # Small per-server facts and manifests travel with the published study (raw records stay in the bundle).
-    for s in runtime:
-        (out / "runtime_load" / s).mkdir(parents=True, exist_ok=True)
-        shutil.copy(res / "runtime_load" / s / "load.json", out / "runtime_load" / s / "load.json")
     for sub in ("envs", "adapters", "model"):
         (out / sub).mkdir(parents=True, exist_ok=True)
         for f in (res / sub).glob("*.json"):

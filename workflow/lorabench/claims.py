@@ -305,9 +305,18 @@ def _server_probe(ctx: Context, name: str) -> ProbeResult:
     return all(vals.values()), note, [f"server:{s}" for s in vals]
 
 
+def _loaded(ctx: Context) -> tuple[dict[str, Any] | None, str]:
+    """The runtime-loading job when every load call succeeded; a refused load times nothing."""
+    rt, why = _runtime(ctx)
+    if rt and not rt.get("load_ok", True):
+        errors = "; ".join(rt.get("load_errors") or [])
+        return None, f"{rt.get('loads_ok')} of {len(rt['cycles'])} load calls succeeded ({errors})"
+    return rt, why
+
+
 @probe("cold_slower_than_resident")
 def _cold_slower(ctx: Context) -> ProbeResult:
-    rt, why = _runtime(ctx)
+    rt, why = _loaded(ctx)
     if not rt:
         return None, why, []
     # "Slower" must exceed the resident adapter's own variation across cycles (and at least 2 %).
@@ -328,7 +337,7 @@ def _cold_slower(ctx: Context) -> ProbeResult:
 
 @probe("runtime_load_seconds")
 def _load_seconds(ctx: Context) -> ProbeResult:
-    rt, why = _runtime(ctx)
+    rt, why = _loaded(ctx)
     if not rt:
         return None, why, []
     return rt["load_s_median"], f"median of {len(rt['cycles'])} load calls (HTTP round trip)", ["runtime_load"]

@@ -296,6 +296,20 @@ FINDING_CLAIMS = {
 }
 
 
+def _runtime_answer(rt: dict[str, Any]) -> str:
+    n, ok = len(rt["cycles"]), rt.get("loads_ok", len(rt["cycles"]))
+    if not ok:
+        return f"{rt['server']}: no load call of {n} succeeded ({'; '.join(rt.get('load_errors') or [])})"
+    out = (f"{rt['server']}: load call {rt['load_s_median']:.3f} s (median of {ok}); first request TTFT "
+           f"{rt['cold_ttft_ms_median']:.0f} ms, then {rt['warm_ttft_ms_median']:.0f} ms warm vs "
+           f"{rt['resident_ttft_ms_median']:.0f} ms for a resident adapter")  # fmt: skip
+    if ok < n:
+        out += f"; {n - ok} of {n} load calls refused ({'; '.join(rt.get('load_errors') or [])}): not a finding"
+    if rt.get("reloads_on_request"):
+        out += "; an unloaded adapter is loaded again by the next request naming it"
+    return out
+
+
 def findings(rows: list[dict[str, Any]], runtime: list[dict[str, Any]], comparison: list[dict[str, Any]]) -> list[dict]:
     """What the run answers, first: the cost of enabling LoRA, of one adapter, of too few slots, of runtime
     loading, and the engine comparison. Each answer names the rows it comes from and says whether the difference
@@ -320,14 +334,11 @@ def findings(rows: list[dict[str, Any]], runtime: list[dict[str, Any]], comparis
             what = f"three adapters (abc) on {few['max_loras']} slots vs {many['max_loras']} slots"
             found.append(_finding("slots", f"{engine}: what do too few adapter slots cost?", what, pairs))
     out: list[dict[str, Any]] = [f for f in found if f]
-    for rt in runtime:
-        if rt.get("status") == "ok":
-            q = f"{rt['engine']}: how fast is loading an adapter at run time?"
-            out.append({"key": "runtime", "question": q,
-                        "answer": f"{rt['server']}: load call {rt['load_s_median']:.3f} s (median of "
-                                  f"{len(rt['cycles'])}); first request TTFT {rt['cold_ttft_ms_median']:.0f} ms, "
-                                  f"then {rt['warm_ttft_ms_median']:.0f} ms warm vs {rt['resident_ttft_ms_median']:.0f}"
-                                  " ms for a resident adapter"})  # fmt: skip
+    ran = [rt for rt in runtime if rt.get("status") == "ok"]
+    for rt in ran:
+        q = f"{rt['engine']}: how fast is loading an adapter at run time?"
+        # the claims on runtime loading are evaluated on the first runtime-loading job that ran
+        out.append({"key": "runtime" if rt is ran[0] else "runtime-more", "question": q, "answer": _runtime_answer(rt)})
     if comparison:
         diffs = [c for c in comparison if _beyond(c["ratio_lo_pct"], c["ratio_hi_pct"])]
         c0 = comparison[0]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import re
 import statistics
 import time
 from dataclasses import dataclass
@@ -104,15 +105,24 @@ class Cycler:
             return True
         return False
 
+    async def models(self) -> list[str]:
+        async with self.session.get(self.base_url + "/v1/models") as r:
+            return sorted(m["id"] for m in (await r.json(content_type=None)).get("data", []))
+
+    async def listed(self, name: str) -> bool:
+        return any(m in (self.engine.request_model(self.inputs.spec, name), name) for m in await self.models())
+
+    async def unload(self, name: str) -> tuple[float, int, str]:
+        path, body = self.engine.unload_adapter_request(name)
+        return await _post(self.session, self.base_url + path, body)
+
     async def check_loaded(self, name: str, load_status: int) -> float:
         """The load must really have happened: the server lists the adapter and it changes the output; returns
         the canary's largest log-probability difference."""
-        async with self.session.get(self.base_url + "/v1/models") as r:
-            listed = sorted(m["id"] for m in (await r.json(content_type=None)).get("data", []))
         spec = self.inputs.spec
-        if self.engine.request_model(spec, name) not in listed and name not in listed:
+        if not await self.listed(name):
             raise AdapterIgnored(f"{spec.server_id}: runtime load of {name!r} answered {load_status}, but "
-                                 f"/v1/models does not list it ({listed})")  # fmt: skip
+                                 f"/v1/models does not list it ({await self.models()})")  # fmt: skip
         check = await canary(self.session, self.base_url, self.engine, spec, [name])
         return float(check["adapters"][name]["max_logprob_diff"])
 
@@ -129,9 +139,14 @@ class Cycler:
             res += await self.burst(self.resident, f"c{cyc}/resident{k}")
         # Checked after the cold and warm bursts, so the check does not warm the adapter up before it is timed.
         diff = await self.check_loaded(new, load_status)
-        path, body = self.engine.unload_adapter_request(new)
-        unload_s, unload_status, unload_body = await _post(self.session, self.base_url + path, body)
+        unload_s, unload_status, unload_body = await self.unload(new)
+        listed_after_unload = await self.listed(new)
         after = await self.burst(new, f"c{cyc}/after-unload", 1)
+        # An engine may load an unloaded adapter again for a request that names it (SGLang keeps the path of
+        # every adapter it has loaded): then it is unloaded once more, so that the next cycle times a real load.
+        reloaded = after[0].ok and await self.listed(new)
+        if reloaded:
+            await self.unload(new)
         c = {
             "cycle": cyc,
             "listed_after_load": True,
@@ -148,7 +163,9 @@ class Cycler:
                 for fig in ("latency", "ttft")
             },
             "errors": sum(not r.ok for r in cold + warm + res),
+            "listed_after_unload": listed_after_unload,
             "request_after_unload_status": after[0].status,
+            "reloaded_by_request": reloaded,
         }
         log.info("runtime load cycle %d: load %.3f s (HTTP %d), cold TTFT %.1f ms, warm %.1f ms, resident %.1f ms,"
                  " unload %.3f s", cyc, load_s, load_status, c["cold_ttft_ms"], c["warm_ttft_ms"],
@@ -170,26 +187,44 @@ class Cycler:
         return load_result(cycles, self.rl, self.resident, refused), rows
 
 
+def _error_text(body: str) -> str:
+    """The message of an engine's error reply (its body is kept cut at 300 characters, so not always JSON)."""
+    m = re.search(r'"(?:error_message|message|detail)"\s*:\s*"((?:[^"\\]|\\.)*)"', body)
+    return (m.group(1) if m else body)[:200]
+
+
 def load_result(cycles: list[dict[str, Any]], rl: RuntimeLoad, resident: str, refused: bool) -> dict[str, Any]:
-    """What ``load.json`` says of the cycles: each one, and the medians over them."""
+    """What ``load.json`` says of the cycles: each one, and the medians over the cycles whose load call succeeded
+    (a refused load times nothing: its "cold" requests met an adapter that was already there)."""
+    loaded = [c for c in cycles if c["load_status"] == 200]
 
-    def med(key: str) -> float:
-        return float(statistics.median(float(c[key]) for c in cycles))
+    def med(key: str) -> float | None:
+        return float(statistics.median(float(c[key]) for c in loaded)) if loaded else None
 
+    checked = all("listed_after_unload" in c for c in cycles)
+    cold, resident_ms = med("cold_latency_ms"), med("resident_latency_ms")
     return {
         "adapter": rl.adapter,
         "resident_adapter": resident,
         "burst": rl.burst,
         "cycles": cycles,
+        "loads_ok": len(loaded),
         **{f"{k}_median": med(k) for k in ("load_s", "unload_s")},
         **{
             f"{g}_{fig}_ms_median": med(f"{g}_{fig}_ms")
             for fig in ("ttft", "latency")
             for g in ("cold", "warm", "resident")
         },
-        "cold_slower_than_resident": med("cold_latency_ms") > med("resident_latency_ms"),
+        "cold_slower_than_resident": cold > resident_ms if cold is not None and resident_ms is not None else None,
         "unlisted_path_refused": refused,
-        "load_ok": all(c["load_status"] == 200 for c in cycles),
+        "load_ok": len(loaded) == len(cycles),
+        "load_errors": sorted({_error_text(c["load_body"]) for c in cycles if c["load_status"] != 200}),
+        # after an unload: the adapter gone from /v1/models, and a request naming it refused or served by an
+        # implicit reload (None for cycles measured before either was checked)
+        "unload_ok": all(c["unload_status"] == 200 and not c["listed_after_unload"] for c in cycles)
+        if checked
+        else None,
+        "reloads_on_request": any(c.get("reloaded_by_request") for c in cycles) if checked else None,
     }
 
 

@@ -1,0 +1,94 @@
+"""Saved jobs of a study measured in stretches: what is put back and what is measured again."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import sys
+from pathlib import Path
+
+from lorabench.config import load_file
+from lorabench.job import RuntimeLoad, server_job
+from lorabench.runtime_load import load_result
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import study_results  # noqa: E402
+
+DEFAULT = load_file(ROOT / "config" / "config.yaml")
+
+
+def _server(results: Path, cfg: dict, name: str) -> None:
+    job = server_job(cfg, name, hardware="")
+    d = results / "servers" / name
+    d.mkdir(parents=True)
+    facts = {"server": name, "status": "ok", "measurement": job.measurement_facts(), "config": job.facts_config()}
+    (d / "facts.json").write_text(json.dumps(facts))
+    (d / "measurements.jsonl").write_text('{"throughput_tok_s": 1.0}\n')
+    (d / "metrics.jsonl").write_text("")
+    (d / "server.log").write_text("ready\n")
+    (d / "records.jsonl").write_text('{"ttft_s": 0.0123456789, "itl_s": [0.001234567]}\n')
+
+
+def _load(results: Path, name: str, checked: bool) -> None:
+    d = results / "runtime_load" / name
+    d.mkdir(parents=True)
+    load = {"status": "ok", "server": name, "cycles": [{"listed_after_unload": False} if checked else {}]}
+    (d / "load.json").write_text(json.dumps(load))
+    (d / "server.log").write_text("ready\n")
+    (d / "records.jsonl").write_text("{}\n")
+
+
+def test_save_then_restore_round_trips_and_rounds_records(tmp_path: Path):
+    cfg = copy.deepcopy(DEFAULT)
+    name = sorted(cfg["servers"])[0]
+    _server(tmp_path / "r", cfg, name)
+    assert study_results.save(tmp_path / "r", tmp_path / "s") == [f"servers/{name}"]
+    with gzip.open(tmp_path / "s/servers" / name / "records.jsonl.gz", "rt") as f:
+        assert json.loads(f.read()) == {"itl_s": [0.0012], "ttft_s": 0.012346}
+    assert study_results.restore(tmp_path / "s", tmp_path / "back", cfg) == [f"servers/{name}"]
+    assert (tmp_path / "back/servers" / name / "server.log").read_text() == "ready\n"
+
+
+def test_a_job_measured_with_other_settings_is_measured_again(tmp_path: Path, capsys):
+    cfg = copy.deepcopy(DEFAULT)
+    name = sorted(cfg["servers"])[0]
+    _server(tmp_path / "r", cfg, name)
+    study_results.save(tmp_path / "r", tmp_path / "s")
+    cfg["repetitions"] = cfg.get("repetitions", 3) + 1
+    cfg["max_repetitions"] = max(cfg.get("max_repetitions", 0), cfg["repetitions"])
+    assert study_results.restore(tmp_path / "s", tmp_path / "back", cfg) == []
+    assert f"left out servers/{name}: measured with" in capsys.readouterr().out
+    # without a config everything saved comes back (to publish what exists)
+    assert study_results.restore(tmp_path / "s", tmp_path / "all") == [f"servers/{name}"]
+
+
+def test_a_runtime_load_from_before_the_unload_check_is_measured_again(tmp_path: Path, capsys):
+    cfg = copy.deepcopy(DEFAULT)
+    _load(tmp_path / "r", "old", checked=False)
+    _load(tmp_path / "r", "new", checked=True)
+    study_results.save(tmp_path / "r", tmp_path / "s")
+    assert study_results.restore(tmp_path / "s", tmp_path / "back", cfg) == ["runtime_load/new"]
+    assert "left out runtime_load/old: measured before unloads were checked" in capsys.readouterr().out
+
+
+def _cycle(k: int, load_status: int, listed_after_unload: bool, reloaded: bool) -> dict:
+    figs = {f"{g}_{f}_ms": 1.0 for g in ("cold", "warm", "resident") for f in ("ttft", "latency")}
+    return {"cycle": k, "load_s": 0.01, "unload_s": 0.01, "load_status": load_status, "load_body": "",
+            "unload_status": 200, "listed_after_unload": listed_after_unload, "reloaded_by_request": reloaded,
+            **figs}  # fmt: skip
+
+
+def test_load_result_says_whether_unloads_held():
+    rl = RuntimeLoad(adapter="c", repeats=2, warmed_requests=1, burst=1)
+    gone = load_result([_cycle(0, 200, False, False), _cycle(1, 200, False, False)], rl, "a", True)
+    assert gone["load_ok"] and gone["unload_ok"] and not gone["reloads_on_request"]
+    # an engine that loads the adapter again for the next request naming it (SGLang 0.5.17)
+    back = load_result([_cycle(0, 200, False, True), _cycle(1, 200, False, True)], rl, "a", True)
+    assert back["load_ok"] and back["unload_ok"] and back["reloads_on_request"]
+    # an unload that left the adapter listed: the next load is refused and times nothing
+    kept = [_cycle(0, 200, True, False), {**_cycle(1, 400, True, False), "load_s": 9.0, "load_body": "already"}]
+    kept_r = load_result(kept, rl, "a", True)
+    assert not kept_r["load_ok"] and not kept_r["unload_ok"] and kept_r["loads_ok"] == 1
+    assert kept_r["load_s_median"] == 0.01 and kept_r["load_errors"] == ["already"]
