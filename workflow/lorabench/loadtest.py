@@ -31,7 +31,7 @@ from .job import JobInputs, ServerJob, read_inputs
 from .loadgen.client import CompletionRequest, RequestRecord, make_session, run_burst, run_concurrency
 from .loadgen.workload import measurement_plan, set_key
 from .metrics import MetricsSampler, summarize_samples
-from .resources import GpuTelemetry, gpu_memory, group_rss_mib, machine_facts
+from .resources import GpuTelemetry, HostTelemetry, gpu_memory, group_rss_mib, machine_facts
 from .server import ManagedServer, ServerStartError, free_port, study_api_key, terminate_on_signals
 from .stats import MedianInterval, outliers_below, reached_target
 
@@ -272,6 +272,7 @@ class Measurer:
     server_exit: Callable[[], int | None] = lambda: None  # the server's exit code once it has died
     instance: int = 0  # which of the job's server starts is serving (see ServerJob.server_starts)
     telemetry: GpuTelemetry | None = None  # the GPU's clocks and power, summarised per measurement
+    host: HostTelemetry | None = None  # the host's and the engine's CPU time, per measurement
     values: dict[tuple[str, int], list[float]] = field(default_factory=dict)
     reps: dict[tuple[str, int], int] = field(default_factory=dict)
     done: int = 0
@@ -347,6 +348,7 @@ class Measurer:
         mid = f"{cond}/{burst}/{rep}"
         job = self.job
         t0, w0 = time.monotonic(), time.time()
+        h0 = self.host.snapshot() if self.host is not None else None
         groups, samples = await self.bursts(
             cond,
             burst,
@@ -361,6 +363,8 @@ class Measurer:
         row = self.measurements[-1]
         if self.telemetry is not None:
             row["metrics"].update(self.telemetry.window(w0, time.time()))
+        if self.host is not None and h0 is not None:
+            row["metrics"].update(self.host.window(h0, self.host.snapshot()))
         self.timing["measuring_s"] += row["burst_s"]
         self.timing["between_s"] += time.monotonic() - t0 - row["burst_s"]
         for g in gpu_memory() or []:  # between measurements: never while requests are in flight
@@ -452,7 +456,7 @@ async def _measure_all(
         if m is None:
             m = Measurer(job, engine, spec, srv.base_url, rset, session)
         m.session, m.base_url, m.server_exit, m.instance = session, srv.base_url, srv.proc.poll, instance
-        m.telemetry = telemetry
+        m.telemetry, m.host = telemetry, HostTelemetry(srv.proc.pid)
         probes = await m.run(job.server_starts)
     return m, probes
 

@@ -127,6 +127,70 @@ def summarize_gpu_samples(samples: list[list[str]]) -> dict[str, Any]:
     }
 
 
+class HostTelemetry:
+    """Where the host's CPU time went during each measurement window, from /proc before and after it (nothing
+    is read while requests are in flight): CPU time stolen by the hypervisor, how many CPUs were busy, how many
+    CPUs' worth the engine's processes used, and the engine's busiest thread (its share of one CPU and how often
+    the kernel preempted it). An engine whose scheduler loop runs on one host thread is as fast as that thread:
+    where throughput moves between measurements while the GPU's clocks hold, these say whether the host moved."""
+
+    def __init__(self, pgid: int | None) -> None:
+        self.pgid = pgid
+        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    @staticmethod
+    def _cpu() -> list[int]:
+        try:
+            return [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        except (OSError, ValueError):
+            return []
+
+    def _threads(self) -> dict[int, tuple[str, int, int]]:
+        """Per engine thread: name, user+system ticks, involuntary context switches."""
+        out: dict[int, tuple[str, int, int]] = {}
+        for pid in group_pids(self.pgid) if self.pgid else []:
+            for task in Path(f"/proc/{pid}/task").glob("*"):
+                try:
+                    stat = (task / "stat").read_text()
+                    name = stat[stat.index("(") + 1 : stat.rindex(")")]
+                    f = stat.rsplit(")", 1)[1].split()
+                    nv = next(
+                        int(ln.split()[1])
+                        for ln in (task / "status").read_text().splitlines()
+                        if ln.startswith("nonvoluntary_ctxt_switches")
+                    )
+                    out[int(task.name)] = (name, int(f[11]) + int(f[12]), nv)
+                except (OSError, ValueError, IndexError, StopIteration):
+                    continue
+        return out
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"t": time.monotonic(), "cpu": self._cpu(), "threads": self._threads()}
+
+    def window(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        """The window between two snapshots, summarised; empty where /proc could not be read."""
+        secs = b["t"] - a["t"]
+        if secs <= 0 or not a["cpu"] or len(a["cpu"]) != len(b["cpu"]):
+            return {}
+        d = [y - x for x, y in zip(a["cpu"], b["cpu"], strict=True)]
+        total = sum(d[:8]) or 1  # user nice system idle iowait irq softirq steal (guest time is inside user)
+        out: dict[str, Any] = {
+            "host_steal_pct": round(100 * d[7] / total, 2) if len(d) > 7 else None,
+            "host_busy_cpus": round((total - d[3] - d[4]) / total * (os.cpu_count() or 1), 2),
+        }
+        used = {t: (v[0], v[1] - a["threads"][t][1], v[2] - a["threads"][t][2])
+                for t, v in b["threads"].items() if t in a["threads"]}  # fmt: skip
+        if used:
+            name, ticks, nv = max(used.values(), key=lambda v: v[1])
+            out.update(
+                engine_cpus=round(sum(v[1] for v in used.values()) / self.tick / secs, 2),
+                engine_top_thread=name,
+                engine_top_thread_pct=round(100 * ticks / self.tick / secs, 1),
+                engine_top_thread_preempted_per_s=round(nv / secs, 1),
+            )
+        return out
+
+
 def proc_stat(pid: int) -> list[str] | None:
     """The fields of /proc/PID/stat after the command name (state, ppid, pgrp, ...), or None when it is gone."""
     try:

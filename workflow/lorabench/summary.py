@@ -137,6 +137,21 @@ def summarize_cell(
         row["gpu_power_w_median"] = float(_col(ms, "m_gpu_power_w_mean").dropna().median())
         tp = ms.loc[sm.index, "throughput_tok_s"]
         row["gpu_sm_mhz_throughput_corr"] = float(sm.corr(tp)) if len(sm) >= 3 and sm.std() > 0 else None
+    # ... and the host's (HostTelemetry): does throughput move with the GPU's busy share, with time stolen by the
+    # hypervisor, or with the engine's busiest host thread (a scheduler loop bound to one CPU)?
+    for col, name in (
+        ("m_gpu_util_pct_mean", "gpu_util_pct"),
+        ("m_host_steal_pct", "host_steal_pct"),
+        ("m_engine_cpus", "engine_cpus"),
+        ("m_engine_top_thread_pct", "engine_top_thread_pct"),
+        ("m_engine_top_thread_preempted_per_s", "engine_top_thread_preempted_per_s"),
+    ):
+        series = pd.to_numeric(_col(ms, col), errors="coerce").dropna()
+        if len(series):
+            row[name + "_median"] = float(series.median())
+            tp = ms.loc[series.index, "throughput_tok_s"]
+            ok = len(series) >= 3 and series.std() > 0
+            row[name + "_throughput_corr"] = float(series.corr(tp)) if ok else None
     return row
 
 

@@ -1,0 +1,59 @@
+"""Host telemetry: the engine's CPU time per measurement window, read from /proc (no server needed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from lorabench.resources import HostTelemetry
+from lorabench.summary import _flatten, summarize_cell
+
+MEASURED = Path(__file__).parents[1] / "studies/h200-both/servers/sglang-lora-2/measurements.jsonl"
+
+SPIN = "import time\nt = time.time() + 30\nwhile time.time() < t: pass\n"
+
+
+def test_a_busy_engine_thread_is_seen():
+    # A stand-in for an engine's scheduler loop: one process in its own group, spinning on one thread.
+    proc = subprocess.Popen([sys.executable, "-c", SPIN], start_new_session=True)
+    try:
+        host = HostTelemetry(proc.pid)
+        time.sleep(0.3)
+        a = host.snapshot()
+        time.sleep(1.0)
+        got = host.window(a, host.snapshot())
+    finally:
+        proc.kill()
+        proc.wait()
+    assert got["engine_top_thread"].startswith("python") and got["engine_top_thread_pct"] > 30
+    assert 0.3 < got["engine_cpus"] <= 1.2 and got["engine_top_thread_preempted_per_s"] >= 0
+    assert 0 <= got["host_steal_pct"] <= 100 and got["host_busy_cpus"] > 0.3
+
+
+def test_no_engine_and_no_time_give_host_figures_or_nothing():
+    host = HostTelemetry(None)
+    a = host.snapshot()
+    time.sleep(0.05)
+    got = host.window(a, host.snapshot())
+    assert "engine_cpus" not in got and "host_busy_cpus" in got
+    assert host.window(a, a) == {}
+
+
+def test_cell_reports_what_moves_with_throughput():
+    # Four measured rows of a committed H200 cell; the busiest engine thread made busier where throughput is lower.
+    rows = [json.loads(line) for line in MEASURED.read_text().splitlines()]
+    rows = [r for r in rows if not r["warmup"] and (r["condition"], r["burst"]) == ("a", 48)][:4]
+    ms = pd.DataFrame([_flatten(r) for r in rows]).sort_values("throughput_tok_s")
+    ms["m_engine_top_thread_pct"] = [99.0, 90.0, 80.0, 70.0]
+    ms["m_host_steal_pct"] = 0.0
+    row = summarize_cell(ms)
+    assert row["engine_top_thread_pct_median"] == 85.0 and row["engine_top_thread_pct_throughput_corr"] < -0.5
+    assert row["host_steal_pct_median"] == 0.0 and row["host_steal_pct_throughput_corr"] is None
+    # the GPU's busy share was recorded on the H200 (GpuTelemetry); it rose and fell with throughput there
+    assert row["gpu_util_pct_median"] > 0 and row["gpu_util_pct_throughput_corr"] is not None
+    assert "engine_cpus_median" not in row
