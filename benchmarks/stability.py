@@ -14,6 +14,13 @@ time against ``all-on`` (the pipeline's defaults), plus ``all-off`` (every mitig
   smi-during      nvidia-smi run every 0.25 s while requests are in flight (GPU hosts only)
   all-off         all of the above off at once
 
+and two that try more than the pipeline does:
+
+  procs-apart     (GPU hosts) each process of the server's group confined to its own block of the server's CPUs (the
+                  busiest process first, by the CPU time it has used so far), so that the engine's scheduler, its
+                  HTTP front end and its detokenizer never compete for one CPU (set at run time, restored after)
+  long            measurements four times as long (--min-s x 4): whether slow states average out inside one
+
 Prints, per variant: the median measurement figure, its spread over rounds (half the range, in percent of the
 median, the source's "±x%"), the 95 % interval of the median, the number of slow bursts (below 75 % of their
 measurement's median), and the spread that single bursts (the source's method) would have had.
@@ -50,6 +57,7 @@ from lorabench.io import read_json, setup_job_logging, write_json  # noqa: E402
 from lorabench.job import ServerJob, read_inputs_in, server_job  # noqa: E402
 from lorabench.loadgen.client import make_session  # noqa: E402
 from lorabench.loadtest import Measurer, engine_server, job_cpus, ready_server  # noqa: E402
+from lorabench.resources import HostTelemetry  # noqa: E402
 from lorabench.server import terminate_on_signals  # noqa: E402
 from lorabench.stats import MedianInterval, Summary, outliers_below  # noqa: E402
 
@@ -61,7 +69,56 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "unpinned": {"pin": "off"},
     "smi-during": {"smi": True},
     "all-off": {"gc": "on", "metrics": "during", "pin": "off", "smi": True},
+    "procs-apart": {"apart": True},
+    "long": {"length": 4.0},
 }
+DEFAULT_OFF = ("procs-apart", "long")  # asked for by name (--variants)
+
+
+def _cpu_ticks(pid: int) -> int:
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(f[11]) + int(f[12])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def apart_plan(pgid: int) -> dict[int, set[int]]:
+    """Per process of the server's group, its own block of the CPUs the group's threads may use: the busiest
+    process gets the first block and the remainder; processes beyond the number of CPUs share the last one.
+    Meant for a GPU host, where the server has many CPUs (on a CPU-only host the engine's compute threads need
+    them all)."""
+    threads = group_threads(pgid)
+    allowed: set[int] = set()
+    for tids in threads.values():
+        for tid in tids:
+            with contextlib.suppress(OSError):
+                allowed |= os.sched_getaffinity(tid)
+    cpus = sorted(allowed)
+    procs = sorted(threads, key=_cpu_ticks, reverse=True)
+    n = max(1, min(len(procs), len(cpus)))
+    size = len(cpus) // n
+    blocks = [set(cpus[k * size : (k + 1) * size]) for k in range(n)]
+    blocks[0] |= set(cpus[n * size :])
+    return {pid: blocks[min(k, n - 1)] for k, pid in enumerate(procs)}
+
+
+@contextlib.contextmanager
+def procs_apart(pgid: int) -> Iterator[dict[int, set[int]]]:
+    """Every thread of each server process on that process's block (apart_plan); the layout restored after."""
+    plan = apart_plan(pgid)
+    saved: dict[int, set[int]] = {}
+    for pid, tids in group_threads(pgid).items():
+        for tid in tids:
+            with contextlib.suppress(OSError):
+                saved[tid] = os.sched_getaffinity(tid)
+                os.sched_setaffinity(tid, plan.get(pid, saved[tid]))
+    try:
+        yield plan
+    finally:
+        for tid, cpus in saved.items():
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(tid, cpus)
 
 
 @contextlib.contextmanager
@@ -106,6 +163,11 @@ def summarize(rows: list[dict[str, Any]], variants: list[str]) -> dict[str, Any]
             "total_def_spread_pct": spread([r["throughput_total_tok_s"] for r in sel]),
             "itl_median_ms": statistics.median(r["itl_median_ms"] for r in sel) if sel else float("nan"),
             "errors": sum(r["n_errors"] for r in rows if r["variant"] == v),
+            **{
+                f"{k}_median": statistics.median(vs) if vs else None
+                for k in ("engine_top_thread_pct", "gpu_util_pct_mean", "host_steal_pct")
+                for vs in [[r["metrics"][k] for r in sel if r.get("metrics", {}).get(k) is not None]]
+            },
         }
     return out
 
@@ -131,7 +193,8 @@ async def run(args: argparse.Namespace, job: ServerJob, spec: ServerSpec, srv: A
     variants = [v for v in args.variants.split(",") if v]
     rows: list[dict[str, Any]] = []
     async with make_session(args.burst, srv.api_key) as session:
-        m = Measurer(job, engine, spec, srv.base_url, rset, session)
+        m = Measurer(job, engine, spec, srv.base_url, rset, session, host=HostTelemetry(srv.proc.pid))
+        base_s = job.min_measurement_s
         for w in range(args.warmup):  # every variant's path once, unmeasured
             await m.bursts(args.condition, args.burst, f"warmup{w}", 0.0, 2, 2, "during")
         rng = random.Random(args.seed)
@@ -142,19 +205,23 @@ async def run(args: argparse.Namespace, job: ServerJob, spec: ServerSpec, srv: A
                 knobs = {**ALL_ON, **VARIANTS[v]}
                 job.harness = {k: knobs[k] for k in ALL_ON}
                 cell = {"condition": args.condition, "burst": args.burst, "rep": rnd, "order": len(rows)}
+                job.min_measurement_s = base_s * knobs.get("length", 1.0)
                 with contextlib.ExitStack() as stack:
                     if knobs["pin"] == "off":
                         stack.enter_context(unpinned(srv.proc.pid))
+                    if knobs.get("apart"):
+                        stack.enter_context(procs_apart(srv.proc.pid))
                     if knobs.get("smi"):
                         stack.enter_context(GpuPoller(0.25))
                     row = await m.measure(cell)
                 keys = ("throughput_tok_s", "throughput_total_tok_s", "burst_tok_s", "outlier_bursts", "n_bursts",
-                        "n_errors", "itl_median_ms", "ttft_median_ms")  # fmt: skip
+                        "n_errors", "itl_median_ms", "ttft_median_ms", "metrics")  # fmt: skip
                 row = {k: row[k] for k in keys}
                 rows.append({"round": rnd, "variant": v, **row})
                 print(
                     f"round {rnd:2d} {v:<15} {row['throughput_tok_s']:10.1f} tok/s  {row['n_bursts']:3d} bursts "
-                    f"{row['outlier_bursts']} slow  ITL {row['itl_median_ms']:.2f} ms",
+                    f"{row['outlier_bursts']} slow  ITL {row['itl_median_ms']:.2f} ms  top thread "
+                    f"{row['metrics'].get('engine_top_thread_pct', float('nan')):.0f} %",
                     flush=True,
                 )
     return rows
@@ -179,7 +246,12 @@ def main() -> None:
     config = load_file(args.config)
     hardware = detect_hardware()
     if args.variants is None:
-        args.variants = ",".join(v for v in VARIANTS if hardware == "gpu" or not VARIANTS[v].get("smi"))
+        args.variants = ",".join(
+            v for v in VARIANTS if (hardware == "gpu" or not VARIANTS[v].get("smi")) and v not in DEFAULT_OFF
+        )
+    unknown = sorted(set(args.variants.split(",")) - set(VARIANTS))
+    if unknown:
+        raise SystemExit(f"--variants: unknown {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
     results = Path(args.results)
     # The study's job for the server, measuring one cell the way the options say.
     job = dataclasses.replace(

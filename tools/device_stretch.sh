@@ -7,6 +7,9 @@
 #   bash tools/device_stretch.sh status                               steps so far, last lines of the current one
 #   bash tools/device_stretch.sh pack OUTDIR                          finished jobs (one archive each), manifests, logs
 #   bash tools/device_stretch.sh wait SECONDS                         poll until the driver stops or SECONDS pass
+# With "stability": benchmarks/stability.py first, on each server of STAB_SERVERS (default: the 2-slot LoRA
+# servers), cell STAB_CONDITION x STAB_BURST (ab x 48), STAB_ROUNDS rounds (6) of STAB_MIN_S seconds (2.5),
+# STAB_VARIANTS (default: the benchmark's own).
 # ENGINES="vllm" (engine ids of the config) restricts the stretch to those engines' server and runtime-loading
 # jobs; the report is then rebuilt from the saved jobs (tools/rebuild_study.py) instead of on the device.
 # Needs the kits of those engines staged (/tmp/vllm-site, /tmp/sglang-site) and the Snakemake wheels either
@@ -47,10 +50,13 @@ case "${1:-}" in
     "${SMK[@]}" results/model/manifest.json results/workload/requests.json $adapters \
       $(for e in $engines; do echo results/envs/$e.json; done) > "$S/prepare.log" 2>&1 || { step FAILED prepare; tail -5 "$S/prepare.log"; exit 6; }
     if [ -n "$stab" ]; then
-      for srv in $(python3 -c "import yaml;c=yaml.safe_load(open('$cfg'));print(' '.join(s for s,v in c['servers'].items() if v['lora'] and v.get('max_loras')==2))"); do
+      servers=${STAB_SERVERS:-$(python3 -c "import yaml;c=yaml.safe_load(open('$cfg'));print(' '.join(s for s,v in c['servers'].items() if v['lora'] and v.get('max_loras')==2))")}
+      for srv in $servers; do
         step stability "$srv"
-        python3 benchmarks/stability.py --config "$cfg" --server "$srv" --condition ab --burst 48 --rounds 6 \
-          --min-s 1.5 --json "$S/stability-$srv.json" > "$S/stability-$srv.log" 2>&1 || step FAILED stability "$srv"
+        python3 benchmarks/stability.py --config "$cfg" --server "$srv" --condition "${STAB_CONDITION:-ab}" \
+          --burst "${STAB_BURST:-48}" --rounds "${STAB_ROUNDS:-6}" --min-s "${STAB_MIN_S:-2.5}" \
+          ${STAB_VARIANTS:+--variants "$STAB_VARIANTS"} \
+          --json "$S/stability-$srv.json" > "$S/stability-$srv.log" 2>&1 || step FAILED stability "$srv"
       done
     fi
     sel="import yaml;c=yaml.safe_load(open('$cfg'));s=c['servers'];e='$engines'.split()"
