@@ -184,62 +184,39 @@ def test_measurement_runs_bursts_until_its_minimum_duration(url):
     assert m.timing["warmup_s"] > 0 and m.timing["measuring_s"] == pytest.approx(row["burst_s"])
 
 
-def test_adaptive_repetitions_stop_at_target_or_maximum(url):
-    async def run(job):
+def _measured_rows(job, url: str, monkeypatch) -> list[dict]:
+    """A Measurer's whole run on a base-model-only server, warm-up and probes left out; its measured rows."""
+    import lorabench.loadtest as lt
+
+    async def nothing(*a, **k):
+        return {}
+
+    async def run():
         async with make_session(4) as s:
-            # No adapters to check: the canary has its own test (test_integrity.py), against this same server.
+            # No adapters to check: the canary has its own test (test_integrity.py), against the same server.
             m = Measurer(job, get_engine("vllm"), dataclasses.replace(SPEC, lora=False, adapters={}), url, RSET, s)
-            m.warm_up = _no_warmup  # type: ignore[method-assign]
+            m.warm_up = nothing  # type: ignore[method-assign]
             await m.run()
             return [r for r in m.measurements if not r["warmup"]]
 
-    async def _no_warmup():
-        return None
+    with monkeypatch.context() as mp:
+        mp.setattr(lt, "_probe", nothing)
+        return asyncio.run(run())
 
-    import lorabench.loadtest as lt
 
-    async def no_probe(*a, **k):
-        return {}
-
-    lt_probe = lt._probe
-    lt._probe = no_probe
-    try:
-        loose = asyncio.run(run(_measurer_job(repetitions=2, max_repetitions=9, target_ci_pct=1000.0)))
-        tight = asyncio.run(run(_measurer_job(repetitions=2, max_repetitions=7, target_ci_pct=1e-9)))
-    finally:
-        lt._probe = lt_probe
+def test_adaptive_repetitions_stop_at_target_or_maximum(url, monkeypatch):
+    loose = _measured_rows(_measurer_job(repetitions=2, max_repetitions=9, target_ci_pct=1000.0), url, monkeypatch)
+    tight = _measured_rows(_measurer_job(repetitions=2, max_repetitions=7, target_ci_pct=1e-9), url, monkeypatch)
     assert len(loose) == 6  # the first count with a true 95 % interval
     assert len(tight) == 7  # never within target: stops at the maximum
     assert [r["rep"] for r in tight] == list(range(7))
 
 
-def test_a_cell_that_keeps_failing_still_stops_at_the_maximum():
+def test_a_cell_that_keeps_failing_still_stops_at_the_maximum(monkeypatch):
     proc, port = start_in_process(fault="http500", fault_all=True)
     try:
-
-        async def run():
-            async with make_session(4) as s:
-                spec = dataclasses.replace(SPEC, lora=False, adapters={})
-                job = _measurer_job(repetitions=2, max_repetitions=4, target_ci_pct=1000.0)
-                m = Measurer(job, get_engine("vllm"), spec, f"http://127.0.0.1:{port}", RSET, s)
-                m.warm_up = _none  # type: ignore[method-assign]
-                await m.run()
-                return [r for r in m.measurements if not r["warmup"]]
-
-        async def _none():
-            return None
-
-        import lorabench.loadtest as lt
-
-        async def no_probe(*a, **k):
-            return {}
-
-        real = lt._probe
-        lt._probe = no_probe
-        try:
-            rows = asyncio.run(run())
-        finally:
-            lt._probe = real
+        job = _measurer_job(repetitions=2, max_repetitions=4, target_ci_pct=1000.0)
+        rows = _measured_rows(job, f"http://127.0.0.1:{port}", monkeypatch)
     finally:
         proc.kill()
     assert len(rows) == 4 and all(r["n_errors"] == r["n_requests"] for r in rows)
