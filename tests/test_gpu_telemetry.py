@@ -33,11 +33,17 @@ def test_cpu_only_machine_runs_without_telemetry():
         assert tel.proc is None and tel.window(0, 1e12) == {}
 
 
+def measured_cell(path: Path, condition: str = "a", burst: int = 48, n: int = 4) -> pd.DataFrame:
+    """The first ``n`` measured rows of one cell of a committed H200 job, flattened as the summary reads them,
+    slowest first."""
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows = [r for r in rows if not r["warmup"] and (r["condition"], r["burst"]) == (condition, burst)][:n]
+    return pd.DataFrame([_flatten(r) for r in rows]).sort_values("throughput_tok_s")
+
+
 def test_cell_reports_clock_and_its_correlation_with_throughput():
     # Four measured rows of a committed H200 cell, each given an SM clock that rises with its throughput.
-    rows = [json.loads(line) for line in MEASURED.read_text().splitlines()]
-    rows = [r for r in rows if not r["warmup"] and (r["condition"], r["burst"]) == ("a", 48)][:4]
-    ms = pd.DataFrame([_flatten(r) for r in rows]).sort_values("throughput_tok_s")
+    ms = measured_cell(MEASURED)
     ms["m_gpu_sm_mhz_mean"] = [1500.0, 1600.0, 1700.0, 1800.0]
     ms["m_gpu_power_w_mean"] = 300.0
     row = summarize_cell(ms)

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import pandas as pd
-
 from lorabench.resources import HostTelemetry
-from lorabench.summary import _flatten, summarize_cell
+from lorabench.summary import summarize_cell
+
+from .test_gpu_telemetry import measured_cell
 
 MEASURED = Path(__file__).parents[1] / "studies/h200-both/servers/sglang-lora-2/measurements.jsonl"
 
@@ -46,9 +45,7 @@ def test_no_engine_and_no_time_give_host_figures_or_nothing():
 
 def test_cell_reports_what_moves_with_throughput():
     # Four measured rows of a committed H200 cell; the busiest engine thread made busier where throughput is lower.
-    rows = [json.loads(line) for line in MEASURED.read_text().splitlines()]
-    rows = [r for r in rows if not r["warmup"] and (r["condition"], r["burst"]) == ("a", 48)][:4]
-    ms = pd.DataFrame([_flatten(r) for r in rows]).sort_values("throughput_tok_s")
+    ms = measured_cell(MEASURED)
     ms["m_engine_top_thread_pct"] = [99.0, 90.0, 80.0, 70.0]
     ms["m_host_steal_pct"] = 0.0
     row = summarize_cell(ms)
