@@ -1,29 +1,178 @@
 """Rebuild a study's summary, verdicts and report from a saved results folder, without any server.
 
 Used for results that were measured elsewhere (the GPU studies run on a lent machine) and for publishing them
-under studies/: the summary, the claims and the report are recomputed with this checkout's code and claims file.
+under studies/: the pipeline's own rules (summary_aggregate, queues_summary, claims_evaluate, report_render) run
+with this checkout's code and claims file on a copy of the results, so a rebuilt study takes exactly the code
+paths of a normal run. RESULTS_DIR itself is never modified.
 
 usage: .venv/bin/python tools/rebuild_study.py RESULTS_DIR OUT_DIR --config config/gpu-h200.yaml
+
+RESULTS_DIR holds what study_results.py restores (servers/*, runtime_load/*) plus envs/*.json, adapters/*.json
+and model/manifest.json. Servers of the config not measured yet get stub outputs that say so; the weights, the
+engine freezes and the request set, which the report rules do not read, are stood in for (the request set is
+made by the workload_requests rule), so that Snakemake has nothing upstream to run.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
-from lorabench.claims import evaluate_file  # noqa: E402
 from lorabench.config import load_file, runtime_load_servers  # noqa: E402
 from lorabench.engines import get_engine  # noqa: E402
-from lorabench.io import read_json, setup_job_logging, write_json, write_jsonl  # noqa: E402
+from lorabench.io import read_json, write_json, write_jsonl  # noqa: E402
 from lorabench.job import server_job  # noqa: E402
-from lorabench.report import render_report  # noqa: E402
-from lorabench.runtime_load import load_result  # noqa: E402
-from lorabench.summary import aggregate  # noqa: E402
+
+NOT_MEASURED = "not measured yet (waits for the next stretch of GPU time)"
+REPORT_RULES = ("summary_aggregate", "queues_summary", "claims_evaluate", "report_render")
+# Outputs of the server_loadtest and runtime_load rules (workflow/rules/measure.smk).
+SERVER_OUTPUTS = ("measurements.jsonl", "records.jsonl", "metrics.jsonl", "facts.json", "server.log")
+RUNTIME_OUTPUTS = ("load.json", "records.jsonl", "server.log")
+SUMMARY_FILES = ("measurements.csv", "summary.csv", "server_facts.csv", "summary.json")
+# Restored outputs carry no Snakemake metadata: without mtime they are kept (as in tools/device_stretch.sh).
+TRIGGERS = ("params", "input", "code", "software-env")
+
+
+class RebuildError(RuntimeError):
+    """A results folder that cannot be rebuilt as it is."""
+
+
+def _copy_job(src: Path, dst: Path, outputs: tuple[str, ...]) -> None:
+    missing = [f for f in outputs if not (src / f).exists()]
+    if missing:
+        raise RebuildError(f"{src}: {', '.join(missing)} missing (a saved job has every output of its rule)")
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in outputs:
+        shutil.copy2(src / f, dst / f)
+
+
+def _need(path: Path) -> Path:
+    if not path.exists():
+        raise RebuildError(f"{path} missing: the report rules read it")
+    return path
+
+
+def stage(cfg: dict, res: Path, work: Path) -> None:
+    """The results folder the rules see, in ``work``: every rule output upstream of the report rules exists."""
+    for s in sorted(cfg["servers"]):
+        dst = work / "servers" / s
+        if (res / "servers" / s / "facts.json").exists():
+            _copy_job(res / "servers" / s, dst, SERVER_OUTPUTS)
+            # Facts are re-read from each server's log with this checkout's parsers, then published with the study.
+            facts = read_json(dst / "facts.json")
+            if facts.get("status") == "ok":
+                facts["log"] = get_engine(facts["engine"]).parse_log((dst / "server.log").read_text(errors="replace"))
+                write_json(dst / "facts.json", facts)
+            continue
+        # A server not measured yet (a study spread over several stretches of machine time) is listed as such.
+        job = server_job(cfg, s, hardware="")
+        stub = {
+            "server": s,
+            "engine": job.server.engine,
+            "engine_version": job.engine_version,
+            "status": NOT_MEASURED,
+            # as published before adapters were recorded for unmeasured servers: the summary stays the same
+            "config": {k: v for k, v in job.facts_config().items() if k != "adapters"},
+        }
+        write_json(dst / "facts.json", stub)
+        for f in ("measurements.jsonl", "records.jsonl", "metrics.jsonl"):
+            write_jsonl(dst / f, [])
+        (dst / "server.log").write_text(f"# {NOT_MEASURED}\n")
+    for s in runtime_load_servers(cfg):
+        dst = work / "runtime_load" / s
+        if (res / "runtime_load" / s / "load.json").exists():
+            _copy_job(res / "runtime_load" / s, dst, RUNTIME_OUTPUTS)
+            continue
+        job = server_job(cfg, s, hardware="", runtime=True)
+        write_json(dst / "load.json", {"server": job.server_id, "engine": job.server.engine, "status": NOT_MEASURED})
+        write_jsonl(dst / "records.jsonl", [])
+        (dst / "server.log").write_text(f"# {NOT_MEASURED}\n")
+    for e in sorted(cfg["engines"]):
+        (work / "envs").mkdir(parents=True, exist_ok=True)
+        shutil.copy2(_need(res / "envs" / f"{e}.json"), work / "envs" / f"{e}.json")
+        freeze = res / "envs" / f"{e}.freeze.txt"
+        if freeze.exists():
+            shutil.copy2(freeze, work / "envs" / freeze.name)
+        else:
+            (work / "envs" / freeze.name).write_text("")
+    for a in sorted(cfg["adapters"]):
+        (work / "adapters" / a).mkdir(parents=True, exist_ok=True)  # the weights stay behind
+        shutil.copy2(_need(res / "adapters" / f"{a}.json"), work / "adapters" / f"{a}.json")
+    (work / "model" / "weights").mkdir(parents=True, exist_ok=True)
+    shutil.copy2(_need(res / "model" / "manifest.json"), work / "model" / "manifest.json")
+    if (res / "workload" / "requests.json").exists():
+        (work / "workload").mkdir(parents=True, exist_ok=True)
+        shutil.copy2(res / "workload" / "requests.json", work / "workload" / "requests.json")
+
+
+def link_checkout(work: Path) -> None:
+    """The checkout's files beside the results (config/, envs/, ...): a config names its files relative to it."""
+    for p in ROOT.iterdir():
+        if p.name not in ("results", "logs", ".snakemake", ".git") and not (work / p.name).exists():
+            (work / p.name).symlink_to(p)
+
+
+def snakemake(work: Path, config: Path, targets: list[str], rules: tuple[str, ...], force: bool) -> None:
+    cmd = [sys.executable, "-m", "snakemake", *targets, "--snakefile", str(ROOT / "Snakefile")]
+    cmd += ["--cores", "1", "--scheduler", "greedy", "--configfile", str(config), "--replace-workflow-config"]
+    cmd += ["--rerun-triggers", *TRIGGERS, "--allowed-rules", *rules, *(["--forcerun", *rules] if force else [])]
+    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+    if proc.returncode != 0:
+        logs = "".join(f"--- {f}\n{f.read_text()[-3000:]}" for f in sorted((work / "logs").glob("*.log")))
+        raise RebuildError(f"snakemake {' '.join(targets)} failed:\n{proc.stderr[-6000:]}\n{logs}")
+
+
+def rebuild(results: Path, out: Path, config: Path) -> Path:
+    cfg = load_file(config)
+    with tempfile.TemporaryDirectory(prefix="lorabench-rebuild-") as tmp:
+        work = Path(tmp)
+        stage(cfg, results, work / "results")
+        link_checkout(work)
+        if not (work / "results" / "workload" / "requests.json").exists():
+            snakemake(work, config.resolve(), ["results/workload/requests.json"], ("workload_requests",), False)
+        snakemake(work, config.resolve(), ["results/report/index.html"], REPORT_RULES, True)
+        publish(cfg, results, work / "results", out)
+        for rule in ("claims_evaluate", "report_render"):
+            for line in (work / "logs" / f"{rule}.log").read_text().splitlines():
+                if " INFO " in line:
+                    print(line)
+    return out / "report" / "index.html"
+
+
+def publish(cfg: dict, res: Path, built: Path, out: Path) -> None:
+    """What a published study holds: tables, verdicts, report, facts, runtime-loading results, manifests (raw
+    records stay in the saved jobs and the bundle)."""
+    for sub, names in (("summary", SUMMARY_FILES), ("claims", ("verdicts.json",))):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+        for name in names:
+            shutil.copy(built / sub / name, out / sub / name)
+    (out / "report").mkdir(parents=True, exist_ok=True)
+    for f in sorted((built / "report").iterdir()):
+        if f.is_file():
+            shutil.copy(f, out / "report" / f.name)
+    for s in sorted(cfg["servers"]):
+        facts = built / "servers" / s / "facts.json"
+        (out / "servers" / s).mkdir(parents=True, exist_ok=True)
+        shutil.copy(facts, out / "servers" / s / "facts.json")
+        if read_json(facts).get("status") == NOT_MEASURED:
+            write_jsonl(out / "servers" / s / "measurements.jsonl", [])
+    # load.json with the figures the summary recomputed from its cycles
+    runtime = read_json(built / "summary" / "summary.json")["runtime"]
+    for s, load in zip(runtime_load_servers(cfg), runtime, strict=True):
+        write_json(out / "runtime_load" / s / "load.json", load)
+    for sub in ("envs", "adapters", "model"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+        for f in (res / sub).glob("*.json"):
+            shutil.copy(f, out / sub / f.name)
+    for f in (res / "envs").glob("*.freeze.txt"):
+        shutil.copy(f, out / "envs" / f.name)
 
 
 def main() -> int:
@@ -32,90 +181,11 @@ def main() -> int:
     ap.add_argument("out", type=Path)
     ap.add_argument("--config", type=Path, required=True)
     args = ap.parse_args()
-    setup_job_logging(None)
-    cfg = load_file(args.config)
-    res, out = args.results, args.out
-    servers = sorted(cfg["servers"])
-    runtime = [s for s in runtime_load_servers(cfg) if (res / "runtime_load" / s / "load.json").exists()]
-    summary = out / "summary"
-    # Facts are re-read from each server's log with this checkout's parsers, then published with the study.
-    # A server not measured yet (a study spread over several stretches of machine time) is listed as such.
-    for s in servers:
-        if not (res / "servers" / s / "facts.json").exists():
-            job = server_job(cfg, s, hardware="")
-            stub = {
-                "server": s,
-                "engine": job.server.engine,
-                "engine_version": job.engine_version,
-                "status": "not measured yet (waits for the next stretch of GPU time)",
-                # as published before adapters were recorded for unmeasured servers: the summary stays the same
-                "config": {k: v for k, v in job.facts_config().items() if k != "adapters"},
-            }
-            write_json(out / "servers" / s / "facts.json", stub)
-            write_jsonl(out / "servers" / s / "measurements.jsonl", [])
-            continue
-        facts = read_json(res / "servers" / s / "facts.json")
-        log_path = res / "servers" / s / "server.log"
-        if log_path.exists() and facts.get("status") == "ok":
-            facts["log"] = get_engine(facts["engine"]).parse_log(log_path.read_text(errors="replace"))
-        write_json(out / "servers" / s / "facts.json", facts)
-    # Runtime-loading figures are recomputed from their cycles with this checkout's code, too.
-    for s in runtime:
-        load = read_json(res / "runtime_load" / s / "load.json")
-        rl = server_job(cfg, s, hardware="", runtime=True).runtime_load
-        assert rl is not None
-        load.update(load_result(load["cycles"], rl, load["resident_adapter"], load["unlisted_path_refused"]))
-        write_json(out / "runtime_load" / s / "load.json", load)
-    aggregate(
-        measurement_files=[
-            str(res / "servers" / s / "measurements.jsonl")
-            if (res / "servers" / s / "measurements.jsonl").exists()
-            else str(out / "servers" / s / "measurements.jsonl")
-            for s in servers
-        ],
-        fact_files=[str(out / "servers" / s / "facts.json") for s in servers],
-        runtime_files=[str(out / "runtime_load" / s / "load.json") for s in runtime],
-        env_files=[str(res / "envs" / f"{e}.json") for e in sorted(cfg["engines"])],
-        baseline=cfg.get("baseline"),
-        conditions=cfg["conditions"],
-        out={
-            "measurements": str(summary / "measurements.csv"),
-            "summary": str(summary / "summary.csv"),
-            "facts": str(summary / "server_facts.csv"),
-            "json": str(summary / "summary.json"),
-        },
-    )
-    adapters = [str(res / "adapters" / f"{a}.json") for a in sorted(cfg["adapters"])]
-    verdicts = out / "claims" / "verdicts.json"
-    evaluate_file(
-        cfg["claims"],
-        str(summary / "summary.json"),
-        str(res / "model" / "manifest.json"),
-        adapters,
-        str(verdicts),
-        str(ROOT / "config" / "models" / "qwen3-1.7b.json"),
-    )
-    render_report(
-        study=cfg["study"],
-        config=cfg,
-        summary_path=str(summary / "summary.json"),
-        verdicts_path=str(verdicts),
-        model_path=str(res / "model" / "manifest.json"),
-        adapter_paths=adapters,
-        env_paths=[str(res / "envs" / f"{e}.json") for e in sorted(cfg["engines"])],
-        out_html=out / "report" / "index.html",
-        out_provenance=out / "report" / "provenance.json",
-        templates=ROOT / "report" / "templates",
-        checkout=ROOT,
-    )
-    # Small per-server facts and manifests travel with the published study (raw records stay in the bundle).
-    for sub in ("envs", "adapters", "model"):
-        (out / sub).mkdir(parents=True, exist_ok=True)
-        for f in (res / sub).glob("*.json"):
-            shutil.copy(f, out / sub / f.name)
-    for f in (res / "envs").glob("*.freeze.txt"):
-        shutil.copy(f, out / "envs" / f.name)
-    print(out / "report" / "index.html")
+    try:
+        print(rebuild(args.results.resolve(), args.out.resolve(), args.config))
+    except RebuildError as e:
+        print(f"rebuild_study: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

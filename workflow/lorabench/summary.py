@@ -13,6 +13,8 @@ import pandas as pd
 
 from .engines.base import server_columns
 from .io import read_json, read_jsonl, write_json
+from .job import RuntimeLoad
+from .runtime_load import load_result
 from .stats import MedianInterval, Summary, first_stands_out, ratio_span, reached_target
 
 log = logging.getLogger(__name__)
@@ -320,7 +322,7 @@ def aggregate(
     sdf.drop(columns=["values"], errors="ignore").to_csv(out["summary"], index=False)
     fdf = pd.DataFrame([_fact_row(server, f) for server, f in sorted(facts.items())])
     fdf.to_csv(out["facts"], index=False)
-    runtime = [read_json(f) for f in runtime_files]
+    runtime = [_runtime_result(read_json(f)) for f in runtime_files]
     envs = [read_json(f) for f in env_files]
     hardware = next((f.get("machine", {}).get("hardware") for f in facts.values() if f.get("machine")), None)
     summary = {
@@ -341,3 +343,14 @@ def aggregate(
     write_json(out["json"], json.loads(json.dumps(summary, default=_clean)))
     log.info("summary: %d rows (%d measured), %d servers", len(sdf), int((sdf["status"] == "ok").sum()), len(facts))
     return summary
+
+
+def _runtime_result(load: dict[str, Any]) -> dict[str, Any]:
+    """A runtime-loading result with its figures recomputed from its cycles by this checkout's code
+    (lorabench.runtime_load.load_result), so a study rebuilt from saved results shows what a fresh run would; a
+    job that measured nothing (no cycles) is kept as it is."""
+    keys = ("cycles", "adapter", "burst", "resident_adapter", "unlisted_path_refused")
+    if not all(k in load for k in keys):
+        return load
+    rl = RuntimeLoad(adapter=load["adapter"], burst=load["burst"])
+    return {**load, **load_result(load["cycles"], rl, load["resident_adapter"], load["unlisted_path_refused"])}

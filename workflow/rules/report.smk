@@ -4,7 +4,8 @@
 rule summary_aggregate:
     input:
         **summary_inputs(),
-        code=code("summary", "stats"),
+        # runtime_load: its figures are recomputed from each load.json's cycles
+        code=code("summary", "stats", "runtime_load", "job"),
     output:
         measurements="results/summary/measurements.csv",
         summary="results/summary/summary.csv",

@@ -1,0 +1,95 @@
+"""tools/rebuild_study.py on a tiny saved study (tests/fixtures/cpu-run: lora-2 and its runtime loading, from a
+real default-study run): the pipeline's own report rules rebuild it, the servers not saved show as not measured,
+and the saved results are left as they were. No server is started."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from lorabench.io import read_json, write_json
+
+from .conftest import FIXTURES, ROOT
+
+RUN = FIXTURES / "cpu-run"
+
+
+def _saved_study(res: Path) -> None:
+    """What tools/study_results.py restores for lora-2 (metrics and records not recorded in the fixture: empty),
+    plus the manifests a rebuild reads."""
+    srv = res / "servers" / "lora-2"
+    srv.mkdir(parents=True)
+    shutil.copy(RUN / "facts-lora-2.json", srv / "facts.json")
+    shutil.copy(RUN / "measurements-lora-2.jsonl", srv / "measurements.jsonl")
+    shutil.copy(RUN / "vllm-cpu-lora-2.server.log", srv / "server.log")
+    for f in ("metrics.jsonl", "records.jsonl"):
+        (srv / f).write_text("")
+    rl = res / "runtime_load" / "lora-2"
+    rl.mkdir(parents=True)
+    shutil.copy(RUN / "runtime-load.json", rl / "load.json")
+    (rl / "records.jsonl").write_text("")
+    (rl / "server.log").write_text("ready\n")
+    (res / "model").mkdir()
+    shutil.copy(RUN / "model.json", res / "model" / "manifest.json")
+    (res / "adapters").mkdir()
+    for a in "abc":
+        shutil.copy(RUN / f"adapter-{a}.json", res / "adapters" / f"{a}.json")
+    # as the engine_env rule records them on a machine without a GPU
+    write_json(res / "envs" / "vllm-cpu.json", {
+        "engine": "vllm-cpu", "env": {}, "kind": "vllm", "python": "bin/python", "python_version": "3.11.7",
+        "source": "venv", "status": "ok", "venv": ".", "version": "0.32.0", "version_config": "0.32.0"})  # fmt: skip
+    write_json(res / "envs" / "sglang-gpu.json", {
+        "engine": "sglang-gpu", "env": {}, "kind": "sglang", "python": None, "status": "not run: needs a GPU",
+        "version": None, "version_config": "0.5.17"})  # fmt: skip
+
+
+def _digests(d: Path) -> dict[str, str]:
+    return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest() for p in d.rglob("*") if p.is_file()}
+
+
+def test_rebuild_runs_the_report_rules_and_lists_unmeasured_servers(tmp_path: Path):
+    res, out = tmp_path / "results", tmp_path / "study"
+    _saved_study(res)
+    before = _digests(res)
+    tool = ROOT / "tools" / "rebuild_study.py"
+    proc = subprocess.run(
+        [sys.executable, str(tool), str(res), str(out), "--config", "config/config.yaml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert _digests(res) == before  # the saved results are only read
+    html = (out / "report" / "index.html").read_text()
+    assert "lora-4" in html and "not measured yet" in html
+    assert (out / "report" / "provenance.json").exists() and list((out / "report").glob("*.png"))
+    verdicts = read_json(out / "claims" / "verdicts.json")
+    assert verdicts["claims"] and all(c["verdict"] for c in verdicts["claims"])
+    summary = read_json(out / "summary" / "summary.json")
+    status = {r["server"]: r["status"] for r in summary["rows"]}
+    assert status["lora-2"] == "ok"
+    assert {status[s] for s in ("lora-off", "lora-4", "sglang-lora-2")} == {
+        "not measured yet (waits for the next stretch of GPU time)"
+    }
+    # lora-2's cells are those of the normal run the fixture was recorded from
+    recorded = {(r["server"], r["condition"], r["burst"]): r for r in read_json(RUN / "summary.json")["rows"]}
+    for r in summary["rows"]:
+        if r["server"] == "lora-2":
+            assert r["throughput_median"] == recorded[("lora-2", r["condition"], r["burst"])]["throughput_median"]
+    # published beside them: facts re-parsed from the log, stubs, runtime loading with its recomputed figures
+    facts = read_json(out / "servers" / "lora-2" / "facts.json")
+    assert facts["log"]["kv_cache_tokens"] > 0
+    assert read_json(out / "servers" / "lora-4" / "facts.json")["status"].startswith("not measured yet")
+    assert (out / "servers" / "lora-4" / "measurements.jsonl").read_text() == ""
+    load = read_json(out / "runtime_load" / "lora-2" / "load.json")
+    assert load["loads_ok"] == len(load["cycles"]) == 3 and load["load_ok"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "adapters", "claims", "envs", "model", "report", "runtime_load", "servers", "summary"
+    ]  # fmt: skip
+    assert sorted(p.name for p in (out / "summary").iterdir()) == [
+        "measurements.csv", "server_facts.csv", "summary.csv", "summary.json"
+    ]  # fmt: skip
