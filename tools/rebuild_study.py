@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
-from lorabench.config import load_file, runtime_load_servers  # noqa: E402
+from lorabench.config import load_file, prefix_cache_servers, runtime_load_servers  # noqa: E402
 from lorabench.engines import get_engine  # noqa: E402
 from lorabench.io import read_json, write_json, write_jsonl  # noqa: E402
 from lorabench.job import server_job  # noqa: E402
@@ -34,7 +34,11 @@ NOT_MEASURED = "not measured yet (waits for the next stretch of GPU time)"
 REPORT_RULES = ("summary_aggregate", "queues_summary", "claims_evaluate", "report_render")
 # Outputs of the server_loadtest and runtime_load rules (workflow/rules/measure.smk).
 SERVER_OUTPUTS = ("measurements.jsonl", "records.jsonl", "metrics.jsonl", "facts.json", "server.log")
-RUNTIME_OUTPUTS = ("load.json", "records.jsonl", "server.log")
+# Jobs beside the measuring ones: folder under results/, the servers they copy, their result file, the job flag.
+SIDE_JOBS = (
+    ("runtime_load", runtime_load_servers, "load.json", "runtime"),
+    ("prefix_cache", prefix_cache_servers, "prefix.json", "prefix"),
+)
 SUMMARY_FILES = ("measurements.csv", "summary.csv", "server_facts.csv", "summary.json")
 # Restored outputs carry no Snakemake metadata: without mtime they are kept (as in tools/device_stretch.sh).
 TRIGGERS = ("params", "input", "code", "software-env")
@@ -85,15 +89,16 @@ def stage(cfg: dict, res: Path, work: Path) -> None:
         for f in ("measurements.jsonl", "records.jsonl", "metrics.jsonl"):
             write_jsonl(dst / f, [])
         (dst / "server.log").write_text(f"# {NOT_MEASURED}\n")
-    for s in runtime_load_servers(cfg):
-        dst = work / "runtime_load" / s
-        if (res / "runtime_load" / s / "load.json").exists():
-            _copy_job(res / "runtime_load" / s, dst, RUNTIME_OUTPUTS)
-            continue
-        job = server_job(cfg, s, hardware="", runtime=True)
-        write_json(dst / "load.json", {"server": job.server_id, "engine": job.server.engine, "status": NOT_MEASURED})
-        write_jsonl(dst / "records.jsonl", [])
-        (dst / "server.log").write_text(f"# {NOT_MEASURED}\n")
+    for kind, servers, result, flag in SIDE_JOBS:
+        for s in servers(cfg):
+            dst = work / kind / s
+            if (res / kind / s / result).exists():
+                _copy_job(res / kind / s, dst, (result, "records.jsonl", "server.log"))
+                continue
+            job = server_job(cfg, s, hardware="", **{flag: True})
+            write_json(dst / result, {"server": job.server_id, "engine": job.server.engine, "status": NOT_MEASURED})
+            write_jsonl(dst / "records.jsonl", [])
+            (dst / "server.log").write_text(f"# {NOT_MEASURED}\n")
     for e in sorted(cfg["engines"]):
         (work / "envs").mkdir(parents=True, exist_ok=True)
         shutil.copy2(_need(res / "envs" / f"{e}.json"), work / "envs" / f"{e}.json")
@@ -163,10 +168,12 @@ def publish(cfg: dict, res: Path, built: Path, out: Path) -> None:
         shutil.copy(facts, out / "servers" / s / "facts.json")
         if read_json(facts).get("status") == NOT_MEASURED:
             write_jsonl(out / "servers" / s / "measurements.jsonl", [])
-    # load.json with the figures the summary recomputed from its cycles
-    runtime = read_json(built / "summary" / "summary.json")["runtime"]
-    for s, load in zip(runtime_load_servers(cfg), runtime, strict=True):
+    # load.json with the figures the summary recomputed from its cycles; prefix.json as the job wrote it
+    summary = read_json(built / "summary" / "summary.json")
+    for s, load in zip(runtime_load_servers(cfg), summary["runtime"], strict=True):
         write_json(out / "runtime_load" / s / "load.json", load)
+    for s, pc in zip(prefix_cache_servers(cfg), summary.get("prefix_cache", []), strict=True):
+        write_json(out / "prefix_cache" / s / "prefix.json", pc)
     for sub in ("envs", "adapters", "model"):
         (out / sub).mkdir(parents=True, exist_ok=True)
         for f in (res / sub).glob("*.json"):

@@ -1,8 +1,9 @@
 """Keep a study's finished server jobs under studies/ and put them back, so a study that needs several stretches
 of machine time runs each server job once.
 
-  python tools/study_results.py save RESULTS STUDY_DIR      finished jobs of RESULTS/servers and RESULTS/runtime_load
-                                                            into STUDY_DIR (per-request records compressed)
+  python tools/study_results.py save RESULTS STUDY_DIR      finished jobs of RESULTS/servers, runtime_load and
+                                                            prefix_cache into STUDY_DIR (per-request records
+                                                            compressed)
   python tools/study_results.py restore STUDY_DIR RESULTS [CONFIG]
                                                             the saved jobs back into RESULTS, as Snakemake's outputs;
                                                             with CONFIG, only jobs measured with that config's
@@ -26,6 +27,7 @@ from pathlib import Path
 JOBS = {
     "servers": (("facts.json", "measurements.jsonl"), ("metrics.jsonl", "server.log"), "records.jsonl", "facts.json"),
     "runtime_load": (("load.json",), ("server.log",), "records.jsonl", "load.json"),
+    "prefix_cache": (("prefix.json",), ("server.log",), "records.jsonl", "prefix.json"),
 }
 DIGITS = {"itl_s": 4, "start_s": 6, "end_s": 6, "ttft_s": 6, "latency_s": 6, "wall_start": 3}
 
@@ -101,7 +103,13 @@ def restore(study: Path, results: Path, config: dict | None = None) -> list[str]
             if not all((d / f).exists() for f in plain) or not all((d / (f + ".gz")).exists() for f in gz):
                 continue
             saved = json.loads((d / facts_name).read_text())
-            why = stale(saved, config) if kind == "servers" else stale_load(saved, config)
+            why = (
+                stale(saved, config)
+                if kind == "servers"
+                else stale_load(saved, config)
+                if kind == "runtime_load"
+                else ""
+            )
             if why:
                 print(f"left out {kind}/{d.name}: {why}")
                 continue

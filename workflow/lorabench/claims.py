@@ -78,6 +78,8 @@ class Context:
         self.raw_facts: dict[str, Any] = summary.get("server_facts_raw", {})
         self.runtime: list[dict[str, Any]] = [r for r in summary.get("runtime", []) if r.get("status") == "ok"]
         self.runtime_all: list[dict[str, Any]] = summary.get("runtime", [])
+        self.prefix_all: list[dict[str, Any]] = summary.get("prefix_cache", [])
+        self.engine_scope: str | None = None  # the engine a probe's claim is about (its measure's engine)
         self.model = model
         self.adapters = adapters
         self.hardware = summary.get("hardware") or "cpu"
@@ -223,6 +225,7 @@ def _single(claim: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, s
     if kind == "probe" and m["probe"] == "slot_shortage_defers":
         return _slot_shortage_defers(ctx, m.get("engine"))
     if kind == "probe":
+        ctx.engine_scope = m.get("engine")
         return _probe(m["probe"], ctx)
     if kind == "server_fact":
         return _server_fact(m["fact"], m.get("select", {}), ctx)
@@ -341,6 +344,27 @@ def _load_seconds(ctx: Context) -> ProbeResult:
     if not rt:
         return None, why, []
     return rt["load_s_median"], f"median of {len(rt['cycles'])} load calls (HTTP round trip)", ["runtime_load"]
+
+
+@probe("prefix_cache_separate_per_adapter", "prefix_cache_reused_same_model")
+def _prefix_cache(ctx: Context, name: str) -> ProbeResult:
+    """The first prefix-caching job (of the claim's engine, where it names one) that ran."""
+    ran = [p for p in ctx.prefix_all if p.get("status") == "ok"]
+    ran = [p for p in ran if not ctx.engine_scope or p.get("engine") == ctx.engine_scope]
+    if not ran:
+        why = "; ".join(f"{p['server']}: {p['status']}" for p in ctx.prefix_all) or "no prefix_cache in this study"
+        return None, why, []
+    pc = ran[0]
+    if not pc.get("cached_tokens_reported"):
+        return None, f"{pc['server']}: the engine does not report cached prompt tokens", ["prefix_cache"]
+    shares = "; ".join(
+        f"{p['first']} then {p['second']}: {100 * (p['second_cached_share'] or 0):.0f} % cached" for p in pc["pairs"]
+    )
+    if name == "prefix_cache_reused_same_model":
+        return pc["caches_prefixes"], f"{pc['server']}, median of {pc['repeats']}: {shares}", ["prefix_cache"]
+    if not pc["caches_prefixes"]:
+        return None, f"{pc['server']}: no prefix reused even for the same model ({shares})", ["prefix_cache"]
+    return pc["separate_per_adapter"], f"{pc['server']}, median of {pc['repeats']}: {shares}", ["prefix_cache"]
 
 
 @probe("max_cpu_loras_below_max_loras_rejected")

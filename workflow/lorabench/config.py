@@ -144,6 +144,11 @@ def check_references(config: dict[str, Any]) -> None:
                 raise ConfigError(f"runtime_load.server: {sid!r} has lora: false")
         if rl["adapter"] not in adapters:
             raise ConfigError(f"runtime_load.adapter: unknown adapter {rl['adapter']!r}")
+    for sid in prefix_cache_servers(config):
+        if sid not in config["servers"]:
+            raise ConfigError(f"prefix_cache.server: unknown server {sid!r}")
+        if not config["servers"][sid]["lora"] or not server_adapters(config, sid):
+            raise ConfigError(f"prefix_cache.server: {sid!r} serves no adapter (it needs lora: true and adapters)")
     if model.get("architecture") and not Path(model["architecture"]).exists():
         raise ConfigError(f"model.architecture: file {model['architecture']} not found")
     if not Path(config["claims"]).exists():
@@ -212,6 +217,14 @@ def runtime_load_servers(config: dict[str, Any]) -> list[str]:
     if not rl:
         return []
     return [rl["server"]] if isinstance(rl["server"], str) else list(rl["server"])
+
+
+def prefix_cache_servers(config: dict[str, Any]) -> list[str]:
+    """The servers a prefix-caching job is made for (``prefix_cache.server``: one id or a list)."""
+    pc = config.get("prefix_cache")
+    if not pc:
+        return []
+    return [pc["server"]] if isinstance(pc["server"], str) else list(pc["server"])
 
 
 def server_adapters(config: dict[str, Any], server_id: str) -> list[str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import ConfigError, server_adapters
+from .engines import get_engine
 from .engines.base import ServerSettings, ServerSpec, server_settings
 from .harness import settings as harness_settings
 from .io import read_json, verify_manifest_files
@@ -36,6 +37,14 @@ class RuntimeLoad:
     repeats: int = 3  # load / first request / warmed requests / unload cycles
     warmed_requests: int = 5  # requests after the first one, for the warmed median
     burst: int = 1  # requests per timed burst
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrefixCache:
+    """Prefix caching across adapters (``prefix_cache`` in the config, less the servers it applies to)."""
+
+    prefix_words: int = 300  # words of the shared prefix, fresh for every pair and repeat
+    repeats: int = 3  # times each ordered pair of models is tried
 
 
 @dataclass(kw_only=True)
@@ -66,6 +75,7 @@ class ServerJob:
     hardware: str = ""  # "cpu" or "gpu"; detected when empty
     runnable: bool = True  # False: the engine needs a GPU this machine lacks
     runtime_load: RuntimeLoad | None = None  # a runtime-loading job rather than a measuring one
+    prefix_cache: PrefixCache | None = None  # a prefix-caching job rather than a measuring one
 
     def __post_init__(self) -> None:
         self.harness = harness_settings(self.harness)
@@ -83,11 +93,12 @@ class ServerJob:
     def from_dict(cls, d: dict[str, Any]) -> ServerJob:
         """The job from its params (``to_json``'s object); an unknown or missing key is an error naming it."""
         d = dict(d)
-        rl = d.pop("runtime_load", None)
+        rl, pc = d.pop("runtime_load", None), d.pop("prefix_cache", None)
         return cls(
             server=_typed(ServerSettings, d.pop("server", None), "server"),
             runtime_load=_typed(RuntimeLoad, rl, "runtime_load") if rl else None,
-            **_known(cls, d, "", given=("server", "runtime_load")),
+            prefix_cache=_typed(PrefixCache, pc, "prefix_cache") if pc else None,
+            **_known(cls, d, "", given=("server", "runtime_load", "prefix_cache")),
         )
 
     @classmethod
@@ -146,10 +157,16 @@ def engine_runnable(config: dict[str, Any], engine_id: str, hardware: str) -> bo
 
 
 def server_job(
-    config: dict[str, Any], server: str, hardware: str, runtime: bool = False, results: str = "results"
+    config: dict[str, Any],
+    server: str,
+    hardware: str,
+    runtime: bool = False,
+    results: str = "results",
+    prefix: bool = False,
 ) -> ServerJob:
     """The job of ``servers.SERVER`` in a checked config (with ``runtime``: its runtime-loading copy, started
-    without the runtime adapter and with runtime updates allowed); ``results`` is the study's results folder."""
+    without the runtime adapter and with runtime updates allowed; with ``prefix``: its prefix-caching copy,
+    started with the engine's report of cached prompt tokens on); ``results`` is the study's results folder."""
     if server not in config["servers"]:
         raise ConfigError(f"servers.{server}: no such server (known: {sorted(config['servers'])})")
     srv = config["servers"][server]
@@ -160,8 +177,13 @@ def server_job(
     adapters = server_adapters(config, server)
     if runtime:
         adapters = [a for a in adapters if a != rl["adapter"]]
+    pc = dict(config.get("prefix_cache") or {})
+    if prefix and not pc:
+        raise ConfigError(f"prefix_cache: not configured, so server {server!r} has no prefix-caching job")
+    pc.pop("server", None)
+    srv = {**srv, "args": {**srv.get("args", {}), **(get_engine(eng["kind"]).cached_tokens_args if prefix else {})}}
     settings = ServerSettings(
-        server_id=server + ("-runtime" if runtime else ""),
+        server_id=server + ("-runtime" if runtime else "") + ("-prefix" if prefix else ""),
         engine=eng["kind"],
         served_name=config["model"]["name"],
         runtime_lora=runtime,
@@ -181,6 +203,7 @@ def server_job(
         hardware=hardware,
         runnable=engine_runnable(config, srv["engine"], hardware),
         runtime_load=RuntimeLoad(**rl) if runtime else None,
+        prefix_cache=PrefixCache(**pc) if prefix else None,
         **{k: config[k] for k in study_settings()},
     )
 

@@ -682,17 +682,17 @@ def run_loadtest(job: ServerJob, inputs: JobInputs, out_dir: Path, host: str = "
 
 
 def write_not_run(job: ServerJob, out_dir: Path, reason: str) -> None:
-    """Outputs of a job that cannot run here (a server job, or a runtime-loading one): empty tables and facts
-    that say why, never made-up numbers."""
-    runtime = job.runtime_load is not None
+    """Outputs of a job that cannot run here (a server job, a runtime-loading or a prefix-caching one): empty
+    tables and facts that say why, never made-up numbers."""
+    side = "load.json" if job.runtime_load is not None else "prefix.json" if job.prefix_cache is not None else ""
     out_dir.mkdir(parents=True, exist_ok=True)
-    tables = ("records.jsonl",) if runtime else ("records.jsonl", "measurements.jsonl", "metrics.jsonl")
+    tables = ("records.jsonl",) if side else ("records.jsonl", "measurements.jsonl", "metrics.jsonl")
     for name in tables:
         write_jsonl(out_dir / name, [])
     (out_dir / "server.log").write_text(f"# {reason}\n")
     head = {"server": job.server_id, "engine": job.server.engine, "status": reason}
-    if runtime:
-        write_json(out_dir / "load.json", head)
+    if side:
+        write_json(out_dir / side, head)
     else:
         write_json(
             out_dir / "facts.json",

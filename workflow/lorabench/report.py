@@ -122,6 +122,7 @@ def render_report(
         rows=rows,
         facts=summary["facts"],
         runtime=summary.get("runtime", []),
+        prefix=summary.get("prefix_cache", []),
         verdicts=verdicts,
         model=model,
         adapters=adapters,
@@ -140,7 +141,9 @@ def render_report(
         prov=prov,
         engines_in_study=engines_in_study,
         slot_rows=slot_rows,
-        findings=findings(rows, summary.get("runtime", []), summary.get("engine_comparison") or []),
+        findings=findings(
+            rows, summary.get("runtime", []), summary.get("engine_comparison") or [], summary.get("prefix_cache", [])
+        ),
         measurement=next(
             (f["measurement"] for f in summary.get("server_facts_raw", {}).values() if f.get("measurement")), {}
         ),
@@ -293,6 +296,7 @@ FINDING_CLAIMS = {
     "adapter": ("s6-adapter-cost-range", "s7-adapter-cost-b48"),
     "slots": ("s6-slot-shortage-half", "s7-slot-shortage-56pct", "s41-sgl-slot-cliff"),
     "runtime": ("s5-runtime-load-time", "s5-after-load-same-speed", "s7-adapter-deploy-seconds"),
+    "prefix": ("open-prefix-cache-per-adapter", "op-prefix-cache-reuse"),
 }
 
 
@@ -310,7 +314,25 @@ def _runtime_answer(rt: dict[str, Any]) -> str:
     return out
 
 
-def findings(rows: list[dict[str, Any]], runtime: list[dict[str, Any]], comparison: list[dict[str, Any]]) -> list[dict]:
+def _prefix_answer(pc: dict[str, Any]) -> str:
+    if not pc.get("cached_tokens_reported"):
+        return f"{pc['server']}: the engine does not report cached prompt tokens"
+    if not pc.get("caches_prefixes"):
+        return f"{pc['server']}: no prefix reused even for the same model (prefix caching off or evicted at once)"
+    across = [p for p in pc["pairs"] if p["first"] != p["second"]]
+    shared = [f"{p['first']} then {p['second']}" for p in across if p["reused"]]
+    if not shared:
+        return (f"{pc['server']}: yes; a prefix is reused for the same model and by no other "
+                f"({', '.join(p['first'] + ' then ' + p['second'] for p in across)}: none of it cached)")  # fmt: skip
+    return f"{pc['server']}: no; reused across models: {', '.join(shared)}"
+
+
+def findings(
+    rows: list[dict[str, Any]],
+    runtime: list[dict[str, Any]],
+    comparison: list[dict[str, Any]],
+    prefix: list[dict[str, Any]] | None = None,
+) -> list[dict]:
     """What the run answers, first: the cost of enabling LoRA, of one adapter, of too few slots, of runtime
     loading, and the engine comparison. Each answer names the rows it comes from and says whether the difference
     is beyond the span the two medians' 95 % intervals allow."""
@@ -339,6 +361,11 @@ def findings(rows: list[dict[str, Any]], runtime: list[dict[str, Any]], comparis
         q = f"{rt['engine']}: how fast is loading an adapter at run time?"
         # the claims on runtime loading are evaluated on the first runtime-loading job that ran
         out.append({"key": "runtime" if rt is ran[0] else "runtime-more", "question": q, "answer": _runtime_answer(rt)})
+    ran_prefix = [pc for pc in prefix or [] if pc.get("status") == "ok"]
+    for pc in ran_prefix:
+        q = f"{pc['engine']}: is the prefix cache kept separate per adapter?"
+        key = "prefix" if pc is ran_prefix[0] else "prefix-more"
+        out.append({"key": key, "question": q, "answer": _prefix_answer(pc)})
     if comparison:
         diffs = [c for c in comparison if _beyond(c["ratio_lo_pct"], c["ratio_hi_pct"])]
         c0 = comparison[0]

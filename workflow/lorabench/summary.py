@@ -308,6 +308,7 @@ def aggregate(
     baseline: dict[str, Any] | None,
     conditions: dict[str, Any],
     out: dict[str, str],
+    prefix_files: list[str] | None = None,
 ) -> dict[str, Any]:
     """The study's tables from its server jobs: every measurement (measurements.csv), one row per cell with its
     statistics and ratios (summary.csv), one row per server's facts (server_facts.csv), and all of it with the
@@ -323,6 +324,7 @@ def aggregate(
     fdf = pd.DataFrame([_fact_row(server, f) for server, f in sorted(facts.items())])
     fdf.to_csv(out["facts"], index=False)
     runtime = [_runtime_result(read_json(f)) for f in runtime_files]
+    prefix = [read_json(f) for f in prefix_files or []]
     envs = [read_json(f) for f in env_files]
     hardware = next((f.get("machine", {}).get("hardware") for f in facts.values() if f.get("machine")), None)
     summary = {
@@ -336,6 +338,7 @@ def aggregate(
         "facts": [_record(r) for r in fdf.to_dict("records")],
         "server_facts_raw": facts,
         "runtime": runtime,
+        "prefix_cache": prefix,
         "envs": envs,
         "conditions": conditions,
         "measurements": [{k: _clean(v) for k, v in r.items()} for r in mdf.to_dict("records")] if len(mdf) else [],

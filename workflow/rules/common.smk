@@ -20,6 +20,7 @@ from lorabench.config import (  # noqa: E402
     ConfigError,
     detect_hardware,
     load_and_check,
+    prefix_cache_servers,
     runtime_load_servers,
     stable_hash,
 )
@@ -94,10 +95,12 @@ def adapter_params(wildcards):
     return json.dumps(config["adapters"][wildcards.adapter], sort_keys=True)
 
 
-def server_job_params(server, runtime=False):
+def server_job_params(server, runtime=False, prefix=False):
     """The server job (lorabench.job.ServerJob) as the rule's params: sorted JSON of everything that changes
     its measurement."""
-    return server_job(config, server, HARDWARE, runtime=runtime).to_json()
+    return server_job(
+        config, server, HARDWARE, runtime=runtime, prefix=prefix
+    ).to_json()
 
 
 def server_inputs(wildcards):
@@ -106,6 +109,10 @@ def server_inputs(wildcards):
 
 def runtime_servers():
     return runtime_load_servers(config)
+
+
+def prefix_servers():
+    return prefix_cache_servers(config)
 
 
 def summary_inputs():
@@ -119,6 +126,9 @@ def summary_inputs():
         ),
         "runtime": expand(
             "results/runtime_load/{server}/load.json", server=runtime_servers()
+        ),
+        "prefix": expand(
+            "results/prefix_cache/{server}/prefix.json", server=prefix_servers()
         ),
         "envs": expand("results/envs/{engine}.json", engine=sorted(config["engines"])),
     }

@@ -63,3 +63,31 @@ rule runtime_load:
         job=lambda wc: server_job_params(wc.server, runtime=True),
     script:
         "../scripts/runtime_load.py"
+
+
+rule prefix_cache:
+    input:
+        unpack(server_inputs),
+        code=code(
+            "prefix_cache",
+            "loadtest",
+            "job",
+            "server",
+            "resources",
+            "engines",
+            "loadgen",
+            "harness",
+            "device",
+        ),
+    output:
+        prefix="results/prefix_cache/{server}/prefix.json",
+        records="results/prefix_cache/{server}/records.jsonl",
+        log="results/prefix_cache/{server}/server.log",
+    log:
+        "logs/prefix_cache/{server}.log",
+    resources:
+        lorabench_device=1,
+    params:
+        job=lambda wc: server_job_params(wc.server, prefix=True),
+    script:
+        "../scripts/prefix_cache.py"

@@ -11,6 +11,7 @@ aggregate(
     measurement_files=list(sm.input.measurements),
     fact_files=list(sm.input.facts),
     runtime_files=list(sm.input.runtime),
+    prefix_files=list(sm.input.prefix),
     env_files=list(sm.input.envs),
     baseline=json.loads(sm.params.baseline),
     conditions=json.loads(sm.params.conditions),

@@ -100,6 +100,9 @@ class Engine(ABC):
     server_markers: ClassVar[tuple[str, ...]] = ()
     # Capabilities: a host-side adapter cache with its own size (vLLM --max-cpu-loras).
     has_cpu_adapter_cache: ClassVar[bool] = False
+    # Server flags (as ``args``) under which a completion's usage reports the prompt tokens served from the
+    # prefix cache (``usage.prompt_tokens_details.cached_tokens``); empty where the engine has none.
+    cached_tokens_args: ClassVar[dict[str, Any]] = {}
 
     @abstractmethod
     def command(self, spec: ServerSpec, host: str, port: int) -> list[str]:

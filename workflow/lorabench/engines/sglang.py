@@ -27,6 +27,7 @@ class SGLang(Engine):
     )
 
     metric_names = {"sglang:num_running_reqs": "running", "sglang:num_queue_reqs": "waiting"}
+    cached_tokens_args = {"enable_cache_report": True}
 
     def command(self, spec: ServerSpec, host: str, port: int) -> list[str]:
         argv = [

@@ -22,6 +22,7 @@ class VLLM(Engine):
     ready_path = "/v1/models"
     server_markers = ("vllm.entrypoints.openai.api_server", "VLLM::EngineCor", "VLLM::Worker")
     has_cpu_adapter_cache = True
+    cached_tokens_args = {"enable_prompt_tokens_details": True}
     metric_prefixes = (
         "vllm:num_requests_running",
         "vllm:num_requests_waiting",
