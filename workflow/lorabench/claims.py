@@ -349,10 +349,12 @@ def _load_seconds(ctx: Context) -> ProbeResult:
 @probe("prefix_cache_separate_per_adapter", "prefix_cache_reused_same_model")
 def _prefix_cache(ctx: Context, name: str) -> ProbeResult:
     """The first prefix-caching job (of the claim's engine, where it names one) that ran."""
-    ran = [p for p in ctx.prefix_all if p.get("status") == "ok"]
-    ran = [p for p in ran if not ctx.engine_scope or p.get("engine") == ctx.engine_scope]
+    jobs = [p for p in ctx.prefix_all if not ctx.engine_scope or p.get("engine") == ctx.engine_scope]
+    ran = [p for p in jobs if p.get("status") == "ok"]
     if not ran:
-        why = "; ".join(f"{p['server']}: {p['status']}" for p in ctx.prefix_all) or "no prefix_cache in this study"
+        why = "; ".join(f"{p['server']}: {p['status']}" for p in jobs) or (
+            f"no prefix_cache job of {ctx.engine_scope} in this study" if ctx.engine_scope else "no prefix_cache"
+        )
         return None, why, []
     pc = ran[0]
     if not pc.get("cached_tokens_reported"):
