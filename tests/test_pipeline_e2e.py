@@ -38,6 +38,13 @@ def copy_repo(dest: Path) -> Path:
     return dest
 
 
+def run_study(dest: Path, config: str) -> Path:
+    """A copy of the checkout in ``dest`` with the study of ``config`` (config/studies/...) run to its report."""
+    work = copy_repo(dest)
+    snakemake(work, "--configfile", config, "--replace-workflow-config")
+    return work
+
+
 def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
         [SNAKEMAKE, "--cores", "1", "--config", f"env_root={ENV_ROOT}", *args],

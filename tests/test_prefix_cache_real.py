@@ -9,16 +9,14 @@ import pytest
 
 from lorabench.io import read_json
 
-from .test_pipeline_e2e import copy_repo, snakemake
+from .test_pipeline_e2e import run_study
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def prefix_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    work = copy_repo(tmp_path_factory.mktemp("prefix-cache"))
-    snakemake(work, "--configfile", "config/studies/prefix-cache-cpu.yaml", "--replace-workflow-config")
-    return work
+    return run_study(tmp_path_factory.mktemp("prefix-cache"), "config/studies/prefix-cache-cpu.yaml")
 
 
 def test_every_pair_measured_with_cached_tokens(prefix_study: Path):

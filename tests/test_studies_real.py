@@ -10,16 +10,14 @@ import pytest
 from lorabench.claims import VERDICTS
 from lorabench.io import read_json
 
-from .test_pipeline_e2e import copy_repo, snakemake
+from .test_pipeline_e2e import run_study
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def slot_queues(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    work = copy_repo(tmp_path_factory.mktemp("slot-queues"))
-    snakemake(work, "--configfile", "config/studies/slot-queues-cpu.yaml", "--replace-workflow-config")
-    return work
+    return run_study(tmp_path_factory.mktemp("slot-queues"), "config/studies/slot-queues-cpu.yaml")
 
 
 def test_queues_sampled_in_flight_for_every_condition(slot_queues: Path):
