@@ -1,7 +1,7 @@
-"""Do two runs of the same study agree? For every row, the ratio to the baseline in each run and the span its
-repetitions allow (row min over baseline max to row max over baseline min); two runs agree on a row when the
-spans overlap. Prints one line per row, then whether every row agrees, the worst spread of each run and the
-largest difference between the two medians.
+"""Do two runs of the same study agree? For every row, the ratio to the baseline in each run and the span the
+two medians' 95 % intervals allow (lorabench.stats.ratio_span, as the report computes it: with fewer than nine
+repetitions an interval is the range); two runs agree on a row when the spans overlap. Prints one line per row,
+then whether every row agrees, the widest interval of each run and the largest difference between the medians.
 
 usage: .venv/bin/python benchmarks/compare_runs.py RUN1/summary.csv RUN2/summary.csv
 """
@@ -9,8 +9,13 @@ usage: .venv/bin/python benchmarks/compare_runs.py RUN1/summary.csv RUN2/summary
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
+
+from lorabench.stats import ratio_span  # noqa: E402
 
 
 def spans(df: pd.DataFrame) -> pd.DataFrame:
@@ -18,9 +23,11 @@ def spans(df: pd.DataFrame) -> pd.DataFrame:
     base = df[df["baseline"].astype(str) != ""]
     b = base["baseline"].iloc[0].split("/")
     ref = df.xs((b[0], b[1]), level=("server", "condition"))
-    out = df[["ratio_to_baseline_pct", "throughput_spread_pct"]].copy()
-    out["lo"] = [100 * (r.throughput_min / ref.loc[k[2]].throughput_max - 1) for k, r in df.iterrows()]
-    out["hi"] = [100 * (r.throughput_max / ref.loc[k[2]].throughput_min - 1) for k, r in df.iterrows()]
+    out = df[["ratio_to_baseline_pct"]].copy()
+    out["width"] = df["throughput_ci_pct"] if "throughput_ci_pct" in df else df["throughput_spread_pct"]
+    span = [ratio_span(r, ref.loc[k[2]]) for k, r in df.iterrows()]
+    out["lo"] = [s[1] if s else float("nan") for s in span]
+    out["hi"] = [s[2] if s else float("nan") for s in span]
     return out
 
 
@@ -39,8 +46,8 @@ def main(a_path: str, b_path: str) -> int:
         )
     diff = (a.ratio_to_baseline_pct - b.ratio_to_baseline_pct).abs().max()
     print(
-        f"\nevery row agrees: {'yes' if agree_all else 'no'}; worst spread "
-        f"run 1 ±{a.throughput_spread_pct.max():.1f} %, run 2 ±{b.throughput_spread_pct.max():.1f} %; "
+        f"\nevery row agrees: {'yes' if agree_all else 'no'}; widest 95 % interval of a median "
+        f"run 1 ±{a.width.max():.1f} %, run 2 ±{b.width.max():.1f} %; "
         f"largest difference of the medians {diff:.1f} points"
     )
     return 0 if agree_all else 1
