@@ -52,12 +52,12 @@ sys.path.insert(0, str(ROOT / "workflow"))
 
 from lorabench.config import detect_hardware, load_file  # noqa: E402
 from lorabench.engines import ServerSpec, get_engine  # noqa: E402
-from lorabench.harness import GpuPoller, group_threads  # noqa: E402
+from lorabench.harness import GpuPoller  # noqa: E402
 from lorabench.io import read_json, setup_job_logging, write_json  # noqa: E402
 from lorabench.job import ServerJob, read_inputs_in, server_job  # noqa: E402
 from lorabench.loadgen.client import make_session  # noqa: E402
 from lorabench.loadtest import Measurer, engine_server, job_cpus, ready_server  # noqa: E402
-from lorabench.resources import HostTelemetry  # noqa: E402
+from lorabench.resources import HostTelemetry, cpu_ticks, group_threads  # noqa: E402
 from lorabench.server import terminate_on_signals  # noqa: E402
 from lorabench.stats import MedianInterval, Summary, outliers_below  # noqa: E402
 
@@ -75,14 +75,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
 DEFAULT_OFF = ("procs-apart", "long")  # asked for by name (--variants)
 
 
-def _cpu_ticks(pid: int) -> int:
-    try:
-        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(f[11]) + int(f[12])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
 def apart_plan(pgid: int) -> dict[int, set[int]]:
     """Per process of the server's group, its own block of the CPUs the group's threads may use: the busiest
     process gets the first block and the remainder; processes beyond the number of CPUs share the last one.
@@ -95,7 +87,7 @@ def apart_plan(pgid: int) -> dict[int, set[int]]:
             with contextlib.suppress(OSError):
                 allowed |= os.sched_getaffinity(tid)
     cpus = sorted(allowed)
-    procs = sorted(threads, key=_cpu_ticks, reverse=True)
+    procs = sorted(threads, key=lambda pid: cpu_ticks(pid) or 0, reverse=True)
     n = max(1, min(len(procs), len(cpus)))
     size = len(cpus) // n
     blocks = [set(cpus[k * size : (k + 1) * size]) for k in range(n)]
@@ -104,38 +96,31 @@ def apart_plan(pgid: int) -> dict[int, set[int]]:
 
 
 @contextlib.contextmanager
-def procs_apart(pgid: int) -> Iterator[dict[int, set[int]]]:
-    """Every thread of each server process on that process's block (apart_plan); the layout restored after."""
-    plan = apart_plan(pgid)
+def placed(cpus_of: dict[int, set[int]]) -> Iterator[None]:
+    """Each thread id of ``cpus_of`` (0: this process) on its CPUs; every one's layout restored after."""
     saved: dict[int, set[int]] = {}
-    for pid, tids in group_threads(pgid).items():
-        for tid in tids:
-            with contextlib.suppress(OSError):
-                saved[tid] = os.sched_getaffinity(tid)
-                os.sched_setaffinity(tid, plan.get(pid, saved[tid]))
-    try:
-        yield plan
-    finally:
-        for tid, cpus in saved.items():
-            with contextlib.suppress(OSError):
-                os.sched_setaffinity(tid, cpus)
-
-
-@contextlib.contextmanager
-def unpinned(pgid: int) -> Iterator[None]:
-    """Every thread of the server's group and this process free to use every CPU; the layout restored after."""
-    every = set(range(os.cpu_count() or 1))
-    saved: dict[int, set[int]] = {}
-    for tid in [*(t for ts in group_threads(pgid).values() for t in ts), 0]:
+    for tid, cpus in cpus_of.items():
         with contextlib.suppress(OSError):
             saved[tid] = os.sched_getaffinity(tid)
-            os.sched_setaffinity(tid, every)
+            os.sched_setaffinity(tid, cpus)
     try:
         yield
     finally:
         for tid, cpus in saved.items():
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(tid, cpus)
+
+
+def procs_apart(pgid: int) -> contextlib.AbstractContextManager[None]:
+    """Every thread of each server process on that process's block (apart_plan)."""
+    plan = apart_plan(pgid)
+    return placed({tid: plan[pid] for pid, tids in group_threads(pgid).items() if pid in plan for tid in tids})
+
+
+def unpinned(pgid: int) -> contextlib.AbstractContextManager[None]:
+    """Every thread of the server's group and this process free to use every CPU."""
+    every = set(range(os.cpu_count() or 1))
+    return placed({tid: every for tids in group_threads(pgid).values() for tid in tids} | {0: every})
 
 
 def spread(values: list[float]) -> float:

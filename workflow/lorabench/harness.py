@@ -20,10 +20,9 @@ import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from .resources import group_pids
+from .resources import group_threads
 
 GC_MODES = ("freeze", "on")
 METRICS_MODES = ("between", "during", "off")
@@ -106,17 +105,6 @@ def cpu_list(cpus: tuple[int, ...]) -> str:
 def pin_self(cpus: tuple[int, ...] | None) -> None:
     if cpus:
         os.sched_setaffinity(0, set(cpus))
-
-
-def group_threads(pgid: int) -> dict[int, list[int]]:
-    """Thread ids of every process in a process group, by process id (Linux /proc)."""
-    out: dict[int, list[int]] = {}
-    for pid in group_pids(pgid):
-        try:
-            out[pid] = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
-        except OSError:
-            continue
-    return out
 
 
 def confine_group(pgid: int, plan: CpuPlan) -> dict[str, int]:

@@ -148,20 +148,20 @@ class HostTelemetry:
     def _threads(self) -> dict[int, tuple[str, int, int]]:
         """Per engine thread: name, user+system ticks, involuntary context switches."""
         out: dict[int, tuple[str, int, int]] = {}
-        for pid in group_pids(self.pgid) if self.pgid else []:
-            for task in Path(f"/proc/{pid}/task").glob("*"):
+        for tids in (group_threads(self.pgid) if self.pgid else {}).values():
+            for tid in tids:
+                ticks = cpu_ticks(tid)
                 try:
-                    stat = (task / "stat").read_text()
-                    name = stat[stat.index("(") + 1 : stat.rindex(")")]
-                    f = stat.rsplit(")", 1)[1].split()
+                    name = Path(f"/proc/{tid}/comm").read_text().strip()
                     nv = next(
                         int(ln.split()[1])
-                        for ln in (task / "status").read_text().splitlines()
+                        for ln in Path(f"/proc/{tid}/status").read_text().splitlines()
                         if ln.startswith("nonvoluntary_ctxt_switches")
                     )
-                    out[int(task.name)] = (name, int(f[11]) + int(f[12]), nv)
                 except (OSError, ValueError, IndexError, StopIteration):
                     continue
+                if ticks is not None:
+                    out[tid] = (name, ticks, nv)
         return out
 
     def snapshot(self) -> dict[str, Any]:
@@ -210,6 +210,26 @@ def group_pids(pgid: int) -> list[int]:
             except (OSError, ProcessLookupError):
                 continue
     return pids
+
+
+def group_threads(pgid: int) -> dict[int, list[int]]:
+    """Thread ids of every process in a process group, by process id (Linux /proc)."""
+    out: dict[int, list[int]] = {}
+    for pid in group_pids(pgid):
+        try:
+            out[pid] = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
+        except OSError:
+            continue
+    return out
+
+
+def cpu_ticks(pid: int) -> int | None:
+    """User and system CPU time of a process or thread so far, in clock ticks; None when it is gone."""
+    stat = proc_stat(pid)
+    try:
+        return int(stat[11]) + int(stat[12]) if stat else None
+    except (IndexError, ValueError):
+        return None
 
 
 def group_rss_mib(pgid: int) -> float | None:
