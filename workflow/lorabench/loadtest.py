@@ -15,7 +15,7 @@ import math
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -653,6 +653,47 @@ def prepare_job(job: ServerJob, inputs: JobInputs, out_dir: Path) -> JobRun:
     server_log = out_dir / "server.log.partial"
     server_log.unlink(missing_ok=True)
     return JobRun(engine, rset, out_dir, server_log, job_cpus(job))
+
+
+Rows = list[dict[str, Any]]
+
+
+def run_side_job(
+    job: ServerJob,
+    inputs: JobInputs,
+    out_dir: Path,
+    host: str,
+    result_file: str,
+    work: Callable[[ManagedServer, JobRun], Coroutine[Any, Any, tuple[dict[str, Any], Rows]]],
+    before: Callable[[JobRun, DeviceLease | None], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A job beside the measuring ones (runtime loading, prefix caching) end to end: on the job's device lease,
+    ``before`` (what it returns joins the result), then one server of the job's spec and ``work`` once it is
+    ready. Its result, with the job's facts, goes to ``result_file``, its per-request rows to records.jsonl;
+    returns the result."""
+    run = prepare_job(job, inputs, out_dir)
+    spec, out = inputs.spec, run.out
+    with terminate_on_signals(), device.acquire(job_hardware(job), all_server_markers(), spec.server_id) as lease:
+        extra = before(run, lease) if before else {}
+        key = study_api_key(out.parents[1])  # results/KIND/SERVER -> results
+        srv = engine_server(run.engine, spec, host, run.server_log, out / "server.pid", run.cpus, lease, key)
+        with srv:
+            ready_s, _ = ready_server(srv, run.cpus, job.readiness_timeout_s)
+            result, rows = asyncio.run(work(srv, run))
+    result = {
+        **result,
+        **extra,
+        "status": "ok",
+        "server": spec.server_id,
+        "engine": spec.engine,
+        "engine_version": inputs.engine_version,
+        "readiness_s": ready_s,
+        "machine": machine_facts(),
+    }
+    write_jsonl(out / "records.jsonl", rows)
+    write_json(out / result_file, result)
+    run.server_log.replace(out / "server.log")
+    return result
 
 
 def run_loadtest(job: ServerJob, inputs: JobInputs, out_dir: Path, host: str = "127.0.0.1") -> dict[str, Any]:

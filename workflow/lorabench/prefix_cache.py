@@ -9,7 +9,6 @@ is started with the engine's flag for it); the request's latency is its prefill.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import statistics
@@ -19,14 +18,11 @@ from typing import Any
 
 import aiohttp
 
-from . import device
-from .engines import Engine, all_server_markers
-from .io import write_json, write_jsonl
+from .engines import Engine
 from .job import JobInputs, PrefixCache, ServerJob
 from .loadgen.client import make_session
-from .loadtest import engine_server, job_hardware, prepare_job, ready_server
-from .resources import machine_facts
-from .server import study_api_key, terminate_on_signals
+from .loadtest import JobRun, run_side_job
+from .server import ManagedServer
 
 log = logging.getLogger(__name__)
 
@@ -155,36 +151,24 @@ async def _probe(
 
 def run_prefix_cache(job: ServerJob, inputs: JobInputs, out_dir: Path, host: str = "127.0.0.1") -> dict[str, Any]:
     """Run one prefix-caching job end to end; returns what is written to ``prefix.json``."""
-    assert job.prefix_cache is not None
-    run = prepare_job(job, inputs, out_dir)
-    engine, spec, out, cpus = run.engine, inputs.spec, run.out, run.cpus
-    with terminate_on_signals(), device.acquire(job_hardware(job), all_server_markers(), spec.server_id) as lease:
-        key = study_api_key(out.parents[1])
-        srv = engine_server(engine, spec, host, run.server_log, out / "server.pid", cpus, lease, key)
-        with srv:
-            ready_s, _ = ready_server(srv, cpus, job.readiness_timeout_s)
-            rows = asyncio.run(_probe(job, engine, inputs, srv.base_url, srv.api_key))
-    failed = [r for r in rows if r["status"] != 200]
-    if failed:  # an answer from some pairs only would read as a complete one
-        raise RuntimeError(
-            f"{spec.server_id}: {len(failed)} of {len(rows)} prefix requests failed (HTTP {failed[0]['status']}: "
-            f"{failed[0]['error']}); nothing of this job is kept (a shorter prefix_cache.prefix_words may help)"
-        )
-    result = {
-        "status": "ok",
-        "server": spec.server_id,
-        "engine": spec.engine,
-        "engine_version": inputs.engine_version,
-        "readiness_s": ready_s,
-        "machine": machine_facts(),
-        **prefix_result(rows, job.prefix_cache),
-    }
-    write_jsonl(out / "records.jsonl", rows)
-    write_json(out / "prefix.json", result)
-    run.server_log.replace(out / "server.log")
+    pc = job.prefix_cache
+    assert pc is not None
+
+    async def pairs_tried(srv: ManagedServer, run: JobRun) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        rows = await _probe(job, run.engine, inputs, srv.base_url, srv.api_key)
+        failed = [r for r in rows if r["status"] != 200]
+        if failed:  # an answer from some pairs only would read as a complete one
+            raise RuntimeError(
+                f"{inputs.spec.server_id}: {len(failed)} of {len(rows)} prefix requests failed (HTTP "
+                f"{failed[0]['status']}: {failed[0]['error']}); nothing of this job is kept (a shorter "
+                "prefix_cache.prefix_words may help)"
+            )
+        return prefix_result(rows, pc), rows
+
+    result = run_side_job(job, inputs, out_dir, host, "prefix.json", pairs_tried)
     log.info(
         "%s: caches prefixes %s, separate per adapter %s",
-        spec.server_id,
+        inputs.spec.server_id,
         result["caches_prefixes"],
         result["separate_per_adapter"],
     )

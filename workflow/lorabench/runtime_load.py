@@ -8,7 +8,6 @@ has that setting (vLLM), by starting a server with that configuration and expect
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import re
@@ -20,26 +19,22 @@ from typing import Any
 
 import aiohttp
 
-from . import device
 from .device import DeviceLease
-from .engines import Engine, ServerSpec, all_server_markers
+from .engines import Engine, ServerSpec
 from .engines.base import adapter_path_allowed
 from .harness import CpuPlan
-from .io import write_json, write_jsonl
 from .job import JobInputs, RuntimeLoad, ServerJob
 from .loadgen.client import RequestRecord, make_session, run_burst
 from .loadtest import (
     AdapterIgnored,
+    JobRun,
     _median_ms,
     canary,
     engine_server,
-    job_hardware,
-    prepare_job,
-    ready_server,
     requests_of,
+    run_side_job,
 )
-from .resources import machine_facts
-from .server import ManagedServer, ServerStartError, study_api_key, terminate_on_signals
+from .server import ManagedServer, ServerStartError
 
 log = logging.getLogger(__name__)
 
@@ -228,14 +223,6 @@ def load_result(cycles: list[dict[str, Any]], rl: RuntimeLoad, resident: str, re
     }
 
 
-async def _cycles(
-    job: ServerJob, inputs: JobInputs, engine: Engine, srv: ManagedServer, rset: dict[str, Any]
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    assert job.runtime_load is not None
-    async with make_session(max(job.runtime_load.burst, 4), srv.api_key) as session:
-        return await Cycler(job, inputs, engine, session, srv.base_url, rset).run()
-
-
 def probe_cpu_loras(
     engine: Engine,
     spec: ServerSpec,
@@ -272,26 +259,15 @@ def probe_cpu_loras(
 
 def run_runtime_load(job: ServerJob, inputs: JobInputs, out_dir: Path, host: str = "127.0.0.1") -> dict[str, Any]:
     """Run one runtime-loading job end to end; returns what is written to ``load.json``."""
-    run = prepare_job(job, inputs, out_dir)
-    engine, spec, out, cpus = run.engine, inputs.spec, run.out, run.cpus
-    with terminate_on_signals(), device.acquire(job_hardware(job), all_server_markers(), spec.server_id) as lease:
-        probe = probe_cpu_loras(engine, spec, host, out, job.readiness_timeout_s, cpus, lease)
-        srv = engine_server(
-            engine, spec, host, run.server_log, out / "server.pid", cpus, lease, study_api_key(out.parents[1])
-        )
-        with srv:
-            ready_s, _ = ready_server(srv, cpus, job.readiness_timeout_s)
-            result, rows = asyncio.run(_cycles(job, inputs, engine, srv, run.rset))
-    result.update(
-        status="ok",
-        server=spec.server_id,
-        engine=spec.engine,
-        engine_version=inputs.engine_version,
-        readiness_s=ready_s,
-        max_cpu_loras_probe=probe,
-        machine=machine_facts(),
-    )
-    write_jsonl(out / "records.jsonl", rows)
-    write_json(out / "load.json", result)
-    run.server_log.replace(out / "server.log")
-    return result
+    rl = job.runtime_load
+    assert rl is not None
+
+    def refusal(run: JobRun, lease: DeviceLease | None) -> dict[str, Any]:
+        cpu_loras = probe_cpu_loras(run.engine, inputs.spec, host, run.out, job.readiness_timeout_s, run.cpus, lease)
+        return {"max_cpu_loras_probe": cpu_loras}
+
+    async def cycles(srv: ManagedServer, run: JobRun) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        async with make_session(max(rl.burst, 4), srv.api_key) as session:
+            return await Cycler(job, inputs, run.engine, session, srv.base_url, run.rset).run()
+
+    return run_side_job(job, inputs, out_dir, host, "load.json", cycles, refusal)
