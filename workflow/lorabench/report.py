@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -327,6 +328,18 @@ def _prefix_answer(pc: dict[str, Any]) -> str:
     return f"{pc['server']}: no; reused across models: {', '.join(shared)}"
 
 
+def _side_findings(
+    jobs: list[dict[str, Any]], key: str, question: str, answer: Callable[[dict[str, Any]], str]
+) -> list[dict[str, Any]]:
+    """One finding per runtime-loading or prefix-caching job that ran. The claims on them are evaluated on the
+    first job that ran, so only its finding carries them (``key``; the others ``key-more``)."""
+    ran = [j for j in jobs if j.get("status") == "ok"]
+    return [
+        {"key": key if j is ran[0] else f"{key}-more", "question": f"{j['engine']}: {question}", "answer": answer(j)}
+        for j in ran
+    ]
+
+
 def findings(
     rows: list[dict[str, Any]],
     runtime: list[dict[str, Any]],
@@ -356,16 +369,8 @@ def findings(
             what = f"three adapters (abc) on {few['max_loras']} slots vs {many['max_loras']} slots"
             found.append(_finding("slots", f"{engine}: what do too few adapter slots cost?", what, pairs))
     out: list[dict[str, Any]] = [f for f in found if f]
-    ran = [rt for rt in runtime if rt.get("status") == "ok"]
-    for rt in ran:
-        q = f"{rt['engine']}: how fast is loading an adapter at run time?"
-        # the claims on runtime loading are evaluated on the first runtime-loading job that ran
-        out.append({"key": "runtime" if rt is ran[0] else "runtime-more", "question": q, "answer": _runtime_answer(rt)})
-    ran_prefix = [pc for pc in prefix or [] if pc.get("status") == "ok"]
-    for pc in ran_prefix:
-        q = f"{pc['engine']}: is the prefix cache kept separate per adapter?"
-        key = "prefix" if pc is ran_prefix[0] else "prefix-more"
-        out.append({"key": key, "question": q, "answer": _prefix_answer(pc)})
+    out += _side_findings(runtime, "runtime", "how fast is loading an adapter at run time?", _runtime_answer)
+    out += _side_findings(prefix or [], "prefix", "is the prefix cache kept separate per adapter?", _prefix_answer)
     if comparison:
         diffs = [c for c in comparison if _beyond(c["ratio_lo_pct"], c["ratio_hi_pct"])]
         c0 = comparison[0]
