@@ -136,12 +136,16 @@ def measurement_row(
     }
 
 
+async def served_models(session: aiohttp.ClientSession, base_url: str) -> list[str]:
+    """The model names the server lists (``/v1/models``), sorted."""
+    async with session.get(base_url + "/v1/models") as r:
+        return sorted(m["id"] for m in (await r.json(content_type=None)).get("data", []))
+
+
 async def _probe(session: aiohttp.ClientSession, base_url: str, engine: Engine, spec: ServerSpec) -> dict[str, Any]:
     """Operational checks a user relies on: served names are listed; a wrong model name is refused."""
     out: dict[str, Any] = {}
-    async with session.get(base_url + "/v1/models") as r:
-        body = await r.json()
-    out["models_listed"] = sorted(m["id"] for m in body.get("data", []))
+    out["models_listed"] = await served_models(session, base_url)
     expected = sorted({spec.served_name, *(engine.request_model(spec, a) for a in spec.adapters)})
     out["models_expected"] = expected
     out["models_listed_ok"] = all(m in out["models_listed"] for m in expected)

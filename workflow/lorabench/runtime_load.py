@@ -33,6 +33,7 @@ from .loadtest import (
     engine_server,
     requests_of,
     run_side_job,
+    served_models,
 )
 from .server import ManagedServer, ServerStartError
 
@@ -100,12 +101,9 @@ class Cycler:
             return True
         return False
 
-    async def models(self) -> list[str]:
-        async with self.session.get(self.base_url + "/v1/models") as r:
-            return sorted(m["id"] for m in (await r.json(content_type=None)).get("data", []))
-
     async def listed(self, name: str) -> bool:
-        return any(m in (self.engine.request_model(self.inputs.spec, name), name) for m in await self.models())
+        listed = await served_models(self.session, self.base_url)
+        return any(m in (self.engine.request_model(self.inputs.spec, name), name) for m in listed)
 
     async def unload(self, name: str) -> tuple[float, int, str]:
         path, body = self.engine.unload_adapter_request(name)
@@ -116,8 +114,9 @@ class Cycler:
         the canary's largest log-probability difference."""
         spec = self.inputs.spec
         if not await self.listed(name):
+            listed = await served_models(self.session, self.base_url)
             raise AdapterIgnored(f"{spec.server_id}: runtime load of {name!r} answered {load_status}, but "
-                                 f"/v1/models does not list it ({await self.models()})")  # fmt: skip
+                                 f"/v1/models does not list it ({listed})")  # fmt: skip
         check = await canary(self.session, self.base_url, self.engine, spec, [name])
         return float(check["adapters"][name]["max_logprob_diff"])
 
