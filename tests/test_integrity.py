@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lorabench import device
+from lorabench import device, envs
 from lorabench.config import ConfigError, load_and_check
 from lorabench.engines import ServerSpec, all_server_markers, get_engine
 from lorabench.envs import venv_path
@@ -187,3 +187,36 @@ def test_one_api_key_per_study_kept_private(tmp_path: Path):
     assert len(key) >= 24 and study_api_key(tmp_path / "results") == key  # reused: the compile cache key holds
     assert (tmp_path / "results" / ".api-key").stat().st_mode & 0o077 == 0
     assert study_api_key(tmp_path / "other") != key
+
+
+def _fake_pip(tmp_path: Path, failures: int, message: str) -> str:
+    """A stand-in for a venv's python whose ``-m pip install`` fails ``failures`` times with ``message``."""
+    count = tmp_path / "calls"
+    script = tmp_path / "python"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"n=$(cat {count} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {count}\n"
+        f'if [ $n -le {failures} ]; then echo "ERROR: {message}" >&2; exit 1; fi\n'
+    )
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_pip_install_is_tried_again_after_a_broken_download(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(envs.time, "sleep", lambda s: None)
+    py = _fake_pip(tmp_path, 1, "Connection broken: IncompleteRead")
+    envs._pip_install(py, tmp_path / "req.txt", tmp_path)
+    assert (tmp_path / "calls").read_text().strip() == "2"
+    other = tmp_path / "other"
+    other.mkdir()
+    with pytest.raises(RuntimeError, match=r"tried 2 times; free space: .* GiB in"):
+        envs._pip_install(_fake_pip(other, 5, "HTTP error 503"), tmp_path / "req.txt", tmp_path, attempts=2)
+    assert (other / "calls").read_text().strip() == "2"
+
+
+def test_full_disk_stops_the_build_at_once_naming_the_folders(tmp_path: Path):
+    py = _fake_pip(tmp_path, 5, "[Errno 28] No space left on device")
+    with pytest.raises(RuntimeError, match=rf"the disk is full \(free space: .* GiB in {tmp_path}") as err:
+        envs._pip_install(py, tmp_path / "req.txt", tmp_path)
+    assert "env_root" in str(err.value)
+    assert (tmp_path / "calls").read_text().strip() == "1"

@@ -54,8 +54,21 @@ def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 18
         timeout=timeout,
     )
     if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake {args} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+        logs = failed_job_logs(workdir, proc.stderr)
+        raise AssertionError(f"snakemake {args} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}{logs}")
     return proc
+
+
+def failed_job_logs(workdir: Path, stderr: str, tail: int = 3000) -> str:
+    """The end of each failed job's own log: what the job printed (a pip error, a server's last words) lands
+    there, not in Snakemake's output."""
+    parts = []
+    for m in re.finditer(r"^\s+log: (.+?) \(check log file", stderr, re.M):
+        for name in m.group(1).split(", "):
+            path = workdir / name
+            if path.is_file():
+                parts.append(f"\n--- {name} (last {tail} characters) ---\n{path.read_text(errors='replace')[-tail:]}")
+    return "".join(parts)
 
 
 def planned(workdir: Path, *args: str) -> dict[str, int]:

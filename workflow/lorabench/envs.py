@@ -24,6 +24,8 @@ from .io import write_json, write_text_atomic
 
 log = logging.getLogger(__name__)
 
+PIP_ATTEMPTS = 3  # a failed pip install is tried again this many times in all (downloads that break halfway)
+
 
 def _run(argv: list[str], env: dict[str, str] | None = None, what: str = "", heartbeat_s: float = 30.0) -> str:
     """Run a command, its output to the job log, with a progress line every ``heartbeat_s`` on long steps."""
@@ -90,6 +92,35 @@ def venv_path(spec: dict[str, Any]) -> Path:
     return Path(spec["env_root"]).resolve() / f"{spec['engine']}-{spec['version']}-{stable_hash(key, 8)}"
 
 
+def _free_gib(path: Path) -> float:
+    while not path.exists():
+        path = path.parent
+    return shutil.disk_usage(path).free / 2**30
+
+
+def _pip_install(py: str, req: Path, root: Path, attempts: int = PIP_ATTEMPTS) -> None:
+    """``pip install -r req`` into the venv of ``py``, tried again after a failure (a registry that drops a
+    download halfway is the usual one), except when the disk is full: that error names the folders and their
+    free space instead."""
+    argv = [py, "-m", "pip", "install", "--no-deps", "--no-input", "--progress-bar", "off", "-r", str(req)]
+    for attempt in range(1, attempts + 1):
+        try:
+            _run(argv, what=f"pip install -r {req}")
+            return
+        except RuntimeError as exc:
+            tmp = Path(os.environ.get("TMPDIR", "/tmp"))
+            space = f"free space: {_free_gib(root):.1f} GiB in {root}, {_free_gib(tmp):.1f} GiB in {tmp}"
+            if "No space left on device" in str(exc) or "Errno 28" in str(exc):
+                raise RuntimeError(
+                    f"pip install -r {req}: the disk is full ({space}); an engine environment takes several "
+                    f"GiB (the vLLM CPU build about 3.5): free space or set env_root to a larger disk\n{exc}"
+                ) from exc
+            if attempt == attempts:
+                raise RuntimeError(f"{exc}\n(tried {attempts} times; {space})") from exc
+            log.warning("pip install failed (attempt %d of %d, %s); trying again", attempt, attempts, space)
+            time.sleep(5 * attempt)
+
+
 def build_venv(spec: dict[str, Any]) -> Path:
     req = Path(spec["requirements"])
     root = Path(spec["env_root"]).resolve()
@@ -102,13 +133,10 @@ def build_venv(spec: dict[str, Any]) -> Path:
         log.warning("removing incomplete environment %s", venv)
         shutil.rmtree(venv)
     root.mkdir(parents=True, exist_ok=True)
-    log.info("building engine environment %s (a few minutes)", venv)
+    log.info("building engine environment %s (a few minutes; %.1f GiB free there)", venv, _free_gib(root))
     _run([_interpreter(spec["python_version"]), "-m", "venv", str(venv)], what="venv")
     py = str(venv / "bin" / "python")
-    _run(
-        [py, "-m", "pip", "install", "--no-deps", "--no-input", "--progress-bar", "off", "-r", str(req)],
-        what=f"pip install -r {req}",
-    )
+    _pip_install(py, req, root)
     if spec.get("remove"):
         _run([py, "-m", "pip", "uninstall", "-y", *spec["remove"]], what="pip uninstall")
     marker.write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z") + "\n")
