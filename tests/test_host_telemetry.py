@@ -32,6 +32,18 @@ def test_a_busy_engine_thread_is_seen():
     assert got["engine_top_thread"].startswith("python") and got["engine_top_thread_pct"] > 30
     assert 0.3 < got["engine_cpus"] <= 1.2 and got["engine_top_thread_preempted_per_s"] >= 0
     assert 0 <= got["host_steal_pct"] <= 100 and got["host_busy_cpus"] > 0.3
+    # this process slept through the window: the client's own share is small
+    assert 0 <= got["client_cpu_pct"] < 30 and got["client_preempted_per_s"] >= 0
+
+
+def test_a_busy_client_is_seen():
+    host = HostTelemetry(None)
+    a = host.snapshot()
+    t = time.process_time() + 0.5
+    while time.process_time() < t:
+        pass
+    got = host.window(a, host.snapshot())
+    assert got["client_cpu_pct"] > 50
 
 
 def test_no_engine_and_no_time_give_host_figures_or_nothing():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import threading
@@ -130,9 +131,10 @@ def summarize_gpu_samples(samples: list[list[str]]) -> dict[str, Any]:
 class HostTelemetry:
     """Where the host's CPU time went during each measurement window, from /proc before and after it (nothing
     is read while requests are in flight): CPU time stolen by the hypervisor, how many CPUs were busy, how many
-    CPUs' worth the engine's processes used, and the engine's busiest thread (its share of one CPU and how often
-    the kernel preempted it). An engine whose scheduler loop runs on one host thread is as fast as that thread:
-    where throughput moves between measurements while the GPU's clocks hold, these say whether the host moved."""
+    CPUs' worth the engine's processes used, the engine's busiest thread (its share of one CPU and how often the
+    kernel preempted it), and the load client's own CPU share and preemptions (this process). An engine whose
+    scheduler loop runs on one host thread is as fast as that thread, and a client as fast as its CPU: where
+    throughput moves between measurements while the GPU's clocks hold, these say whether the host moved."""
 
     def __init__(self, pgid: int | None) -> None:
         self.pgid = pgid
@@ -164,8 +166,15 @@ class HostTelemetry:
                     out[tid] = (name, ticks, nv)
         return out
 
+    @staticmethod
+    def _client() -> tuple[float, int]:
+        """This process's CPU seconds (user + system, all threads) and involuntary context switches: the load
+        client's own, since it measures from here. A client that fills its CPU delays the tokens it reads."""
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        return ru.ru_utime + ru.ru_stime, ru.ru_nivcsw
+
     def snapshot(self) -> dict[str, Any]:
-        return {"t": time.monotonic(), "cpu": self._cpu(), "threads": self._threads()}
+        return {"t": time.monotonic(), "cpu": self._cpu(), "threads": self._threads(), "client": self._client()}
 
     def window(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         """The window between two snapshots, summarised; empty where /proc could not be read."""
@@ -178,6 +187,9 @@ class HostTelemetry:
             "host_steal_pct": round(100 * d[7] / total, 2) if len(d) > 7 else None,
             "host_busy_cpus": round((total - d[3] - d[4]) / total * (os.cpu_count() or 1), 2),
         }
+        if "client" in a and "client" in b:
+            out["client_cpu_pct"] = round(100 * (b["client"][0] - a["client"][0]) / secs, 1)
+            out["client_preempted_per_s"] = round((b["client"][1] - a["client"][1]) / secs, 1)
         used = {t: (v[0], v[1] - a["threads"][t][1], v[2] - a["threads"][t][2])
                 for t, v in b["threads"].items() if t in a["threads"]}  # fmt: skip
         if used:
