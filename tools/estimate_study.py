@@ -1,0 +1,246 @@
+"""How much machine time a study needs, job by job, before it runs: the figure a config header quotes and a stretch
+of lent GPU time is planned with.
+
+A measuring job's time is its server's start-up, warm-up (per cell), probes, its measurements (cells x repetitions
+to max_repetitions, each of at least min_measurement_s plus the time a measurement costs beyond that) and the
+server's stop; a side job (runtime loading, prefix caching) is a start-up and its work. Start-ups and overheads
+are taken from finished jobs of the same engine under --from STUDY_DIR (their facts' timing and measurement
+counts), else stated defaults; the low figure assumes every cell stops at ``repetitions`` and a start as fast as
+the median one, the high one ``max_repetitions`` and the slowest start seen (the first start on a fresh machine
+compiles kernels). Bursts are assumed shorter than a measurement's minimum (true for 128-token bursts of a 2B
+model on an H200; a much bigger model or longer outputs lengthen a measurement).
+
+With --left STUDY_DIR, the jobs already saved there and still current for the config (those that
+``tools/study_results.py restore`` would put back) are listed as done and left out of the total: what the next
+stretch has to run.
+
+usage: .venv/bin/python tools/estimate_study.py CONFIG [--from STUDY_DIR ...] [--left STUDY_DIR]
+                                                [--engines ID ...] [--hardware gpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflow"))
+
+from study_results import JOBS, stale, stale_load  # noqa: E402
+
+from lorabench.config import load_file, prefix_cache_servers, runtime_load_servers  # noqa: E402
+from lorabench.io import read_json  # noqa: E402
+from lorabench.job import ServerJob, server_job  # noqa: E402
+
+# Used where no finished job of the engine was given: seconds, rounded from the H200 studies under studies/.
+DEFAULTS = {"start_s": 120.0, "first_start_s": 160.0, "warmup_per_cell_s": 1.2, "overhead_per_measurement_s": 0.45}
+DEFAULT_SIDE_WORK_S = 60.0
+STOP_S = 10.0
+
+
+@dataclass
+class Timings:
+    """What finished jobs of one engine took (seconds)."""
+
+    starts: list[float] = field(default_factory=list)
+    warmup_per_cell: list[float] = field(default_factory=list)
+    overhead_per_measurement: list[float] = field(default_factory=list)
+    stops: list[float] = field(default_factory=list)
+    side_work: list[float] = field(default_factory=list)
+
+    def figure(self, name: str) -> tuple[float, float, bool]:
+        """(typical, worst, measured) for one figure; ``measured`` False where the default stands in."""
+        values = {
+            "start_s": self.starts,
+            "warmup_per_cell_s": self.warmup_per_cell,
+            "overhead_per_measurement_s": self.overhead_per_measurement,
+            "stop_s": self.stops,
+            "side_work_s": self.side_work,
+        }[name]
+        if values:
+            return statistics.median(values), max(values), True
+        default = {"stop_s": STOP_S, "side_work_s": DEFAULT_SIDE_WORK_S}.get(name) or DEFAULTS[name]
+        worst = DEFAULTS["first_start_s"] if name == "start_s" else default
+        return default, worst, False
+
+
+def _records_span_s(path: Path) -> float | None:
+    """Wall time from a side job's first request to its last (records.jsonl[.gz])."""
+    for p in (path, path.with_name(path.name + ".gz")):
+        if p.exists():
+            text = gzip.open(p, "rt").read() if p.suffix == ".gz" else p.read_text()
+            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+            starts = [r["wall_start"] for r in rows if "wall_start" in r]
+            ends = [r["wall_start"] + r.get("latency_s", 0.0) for r in rows if "wall_start" in r]
+            return max(ends) - min(starts) if starts else None
+    return None
+
+
+def calibrate(study_dirs: list[Path]) -> dict[str, Timings]:
+    """Per engine kind, the timings of the finished jobs saved under the study folders."""
+    out: dict[str, Timings] = {}
+    for sdir in study_dirs:
+        for facts_path in sorted(sdir.glob("servers/*/facts.json")):
+            facts = read_json(facts_path)
+            timing = facts.get("timing") or {}
+            if facts.get("status") != "ok" or not timing.get("measuring_s"):
+                continue
+            rows = [json.loads(x) for x in (facts_path.parent / "measurements.jsonl").read_text().splitlines() if x]
+            measured = [r for r in rows if not r.get("warmup")]
+            cells = {(r["condition"], r["burst"]) for r in measured}
+            if not measured:
+                continue
+            t = out.setdefault(facts["engine"], Timings())
+            t.starts.extend(facts.get("readiness_starts_s") or [facts["readiness_s"]])
+            t.warmup_per_cell.append(timing.get("warmup_s", 0.0) / len(cells))
+            min_s = (facts.get("measurement") or {}).get("min_measurement_s", 0.0)
+            per = (timing["measuring_s"] + timing.get("between_s", 0.0) + timing.get("probes_s", 0.0)) / len(measured)
+            t.overhead_per_measurement.append(max(0.0, per - min_s))
+            t.stops.append(timing.get("stop_s", STOP_S))
+        for kind, name in (("runtime_load", "load.json"), ("prefix_cache", "prefix.json")):
+            for path in sorted(sdir.glob(f"{kind}/*/{name}")):
+                res = read_json(path)
+                if res.get("status") != "ok":
+                    continue
+                t = out.setdefault(res["engine"], Timings())
+                if res.get("readiness_s"):
+                    t.starts.append(res["readiness_s"])
+                span = _records_span_s(path.parent / "records.jsonl")
+                if span is not None:
+                    t.side_work.append(span)
+    return out
+
+
+@dataclass
+class Estimate:
+    job: str
+    engine: str
+    what: str
+    low_s: float
+    high_s: float
+    measured: bool  # every figure it uses came from finished jobs
+    done: bool = False  # saved and current under --left: not run again
+
+
+def measuring(job: ServerJob, t: Timings) -> Estimate:
+    cells = len(job.conditions) * len(job.bursts)
+    start, start_hi, m1 = t.figure("start_s")
+    warm, _, m2 = t.figure("warmup_per_cell_s")
+    over, over_hi, m3 = t.figure("overhead_per_measurement_s")
+    stop, _, m4 = t.figure("stop_s")
+    per, per_hi = job.min_measurement_s + over, job.min_measurement_s + over_hi
+    fixed = warm * cells + stop
+    lo = job.server_starts * start + fixed + cells * job.repetitions * per
+    hi = job.server_starts * start_hi + fixed + cells * job.max_repetitions * per_hi
+    reps = (
+        f"{job.repetitions}" if job.max_repetitions == job.repetitions else f"{job.repetitions}-{job.max_repetitions}"
+    )
+    what = f"{cells} cells x {reps} measurements of >= {job.min_measurement_s:g} s"
+    return Estimate(job.server_id, job.server.engine, what, lo, hi, m1 and m2 and m3 and m4)
+
+
+def side(job: ServerJob, t: Timings, kind: str) -> Estimate:
+    start, start_hi, m1 = t.figure("start_s")
+    work, work_hi, m2 = t.figure("side_work_s")
+    stop, _, m3 = t.figure("stop_s")
+    return Estimate(job.server_id, job.server.engine, kind, start + work + stop, start_hi + work_hi + stop, m1 and m2)
+
+
+def estimate(config: dict, timings: dict[str, Timings], engines: list[str] | None, hardware: str) -> list[Estimate]:
+    def wanted(server: str) -> bool:
+        return engines is None or config["servers"][server]["engine"] in engines
+
+    out = []
+    for server in config["servers"]:
+        if wanted(server):
+            job = server_job(config, server, hardware)
+            out.append(measuring(job, timings.get(job.server.engine, Timings())))
+    for server in runtime_load_servers(config):
+        if wanted(server):
+            job = server_job(config, server, hardware, runtime=True)
+            out.append(side(job, timings.get(job.server.engine, Timings()), "runtime loading"))
+    for server in prefix_cache_servers(config):
+        if wanted(server):
+            job = server_job(config, server, hardware, prefix=True)
+            out.append(side(job, timings.get(job.server.engine, Timings()), "prefix caching"))
+    return out
+
+
+def saved_and_current(study: Path, config: dict) -> set[str]:
+    """Job ids (``vllm-lora-2``, ``vllm-lora-2-runtime``, ...) saved under ``study`` that a restore with this
+    config keeps."""
+    out = set()
+    suffix = {"servers": "", "runtime_load": "-runtime", "prefix_cache": "-prefix"}
+    for kind, (_, _, _, facts_name) in JOBS.items():
+        for path in sorted(study.glob(f"{kind}/*/{facts_name}")):
+            saved = read_json(path)
+            if saved.get("status") != "ok":
+                continue
+            why = (
+                stale(saved, config)
+                if kind == "servers"
+                else stale_load(saved, config)
+                if kind == "runtime_load"
+                else ""
+            )
+            if not why:
+                out.add(path.parent.name + suffix[kind])
+    return out
+
+
+def render(rows: list[Estimate], source: str) -> str:
+    lines = [f"{'job':<28} {'engine':<8} {'minutes':>11}  what", "-" * 88]
+    for r in rows:
+        mark = "" if r.measured else "  (defaults)"
+        span = "   done    " if r.done else f"{r.low_s / 60:5.1f}-{r.high_s / 60:<5.1f}"
+        lines.append(f"{r.job:<28} {r.engine:<8} {span}  {r.what}{mark}")
+    todo = [r for r in rows if not r.done]
+    lo, hi = sum(r.low_s for r in todo), sum(r.high_s for r in todo)
+    lines += [
+        "-" * 88,
+        f"{'total' + (' left' if len(todo) < len(rows) else ''):<37} {lo / 60:5.1f}-{hi / 60:<5.1f}"
+        f"  timings from {source}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("config")
+    ap.add_argument("--from", dest="studies", nargs="*", default=[], help="study folders with finished jobs")
+    ap.add_argument("--left", help="a study folder whose saved, current jobs count as done")
+    ap.add_argument("--engines", nargs="*", help="only the jobs of these engine ids of the config")
+    ap.add_argument("--hardware", default="gpu", choices=["gpu", "cpu"])
+    args = ap.parse_args(argv)
+    for flag, s in [*(("--from", x) for x in args.studies), *((("--left", args.left),) if args.left else ())]:
+        if not Path(s).is_dir():
+            ap.error(f"{flag} {s}: no such folder")
+    config = load_file(args.config)
+    unknown = sorted(set(args.engines or []) - set(config["engines"]))
+    if unknown:
+        ap.error(f"--engines {' '.join(unknown)}: not an engine of {args.config} (known: {sorted(config['engines'])})")
+    timings = calibrate([Path(s) for s in args.studies])
+    for s in args.studies:
+        manifest = Path(s) / "model" / "manifest.json"
+        arch = read_json(manifest).get("architecture_file") if manifest.exists() else None
+        if arch and arch != config["model"].get("architecture"):
+            print(
+                f"note: {s} measured {arch}, this study {config['model'].get('architecture')}: a bigger model starts "
+                "and decodes slower than its timings say, so take the high figure or more"
+            )
+    rows = estimate(config, timings, args.engines, args.hardware)
+    if args.left:
+        done = saved_and_current(Path(args.left), config)
+        for r in rows:
+            r.done = r.job in done
+    print(render(rows, ", ".join(args.studies) or "defaults"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
