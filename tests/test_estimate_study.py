@@ -43,3 +43,24 @@ def test_without_finished_jobs_the_defaults_are_named_and_a_bad_engine_is_refuse
     assert proc.returncode == 0 and "(defaults)" in proc.stdout
     bad = estimate("config/gpu-h200-both.yaml", "--engines", "vlm")
     assert bad.returncode == 2 and "--engines vlm: not an engine" in bad.stderr
+
+
+def test_targets_list_what_a_stretch_runs_in_order_with_its_high_estimate():
+    proc = estimate(
+        "config/gpu-h200-both.yaml", "--from", "studies/h200-both", "--left", "studies/h200-both", "--targets"
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()]
+    targets = [t for t, _ in rows]
+    # saved with the current settings: not listed; SGLang first, LoRA off before slots, side job after its server
+    assert "results/servers/sglang-lora-2/facts.json" not in targets
+    assert targets.index("results/servers/sglang-lora-4/facts.json") < targets.index(
+        "results/servers/vllm-lora-off/facts.json"
+    )
+    assert (
+        targets.index("results/servers/vllm-lora-off/facts.json")
+        < targets.index("results/servers/vllm-lora-2/facts.json")
+        < targets.index("results/runtime_load/vllm-lora-2/load.json")
+        < targets.index("results/servers/vllm-lora-4/facts.json")
+    )
+    assert all(int(s) > 60 for _, s in rows)

@@ -12,6 +12,8 @@
 # STAB_VARIANTS (default: the benchmark's own).
 # ENGINES="vllm" (engine ids of the config) restricts the stretch to those engines' server and runtime-loading
 # jobs; the report is then rebuilt from the saved jobs (tools/rebuild_study.py) instead of on the device.
+# STRETCH_MIN=M: minutes the driver may use from its start; a job whose high estimate (tools/estimate_study.py)
+# would outlast them is skipped and left for the next stretch rather than cut halfway.
 # Needs the kits of those engines staged (/tmp/vllm-site, /tmp/sglang-site) and the Snakemake wheels either
 # installed in /tmp/site or carried as .whl-snake in the start call.
 set -u
@@ -29,7 +31,7 @@ case "${1:-}" in
     echo $! > "$S/driver.pid"; echo "started $(cat $S/driver.pid)"
     ;;
   _run)
-    cfg=$2; sdir=$3; stab=$4; cd "$W"
+    cfg=$2; sdir=$3; stab=$4; cd "$W"; T0=$(date +%s)
     export PYTHONPATH=/tmp/site:$W/workflow PYTHONUNBUFFERED=1
     step() { echo "STEP $* $(date +%T)" | tee -a "$S/steps.log"; }
     SMK=(python3 -m snakemake --cores 1 --scheduler greedy --rerun-incomplete --configfile "$cfg" --replace-workflow-config)
@@ -59,21 +61,24 @@ case "${1:-}" in
           --json "$S/stability-$srv.json" > "$S/stability-$srv.log" 2>&1 || step FAILED stability "$srv"
       done
     fi
-    sel="import yaml;c=yaml.safe_load(open('$cfg'));s=c['servers'];e='$engines'.split()"
-    # Per engine: LoRA off, then by slot count; a runtime-loading job right after the server it copies.
-    order=$(python3 -c "$sel
-r=(c.get('runtime_load') or {}).get('server') or []; r=[r] if isinstance(r,str) else r
-out=[]
-for k in sorted(s,key=lambda k:(s[k]['engine']!='sglang',s[k]['lora'],s[k].get('max_loras') or 0,k)):
-    if s[k]['engine'] in e:
-        out.append('results/servers/%s/facts.json'%k)
-        out += ['results/runtime_load/%s/load.json'%k] if k in r else []
-print(' '.join(out))")
-    for t in $order; do
+    # The jobs not saved yet in stretch order (SGLang first; per engine LoRA off, then by slot count; a side job
+    # right after the server it copies), each with its high estimate from the jobs saved so far. With STRETCH_MIN,
+    # a job that would end past that many minutes after the driver started is skipped, not started and cut.
+    targets=$(python3 tools/estimate_study.py "$cfg" --from "$sdir" --left "$sdir" --engines $engines --targets) \
+      || { step FAILED estimate; exit 7; }
+    skipped=0
+    while read -r t need <&3; do
+      [ -n "$t" ] || continue
+      if [ -n "${STRETCH_MIN:-}" ]; then
+        left=$(( STRETCH_MIN * 60 - ($(date +%s) - T0) ))
+        if [ "$need" -gt "$left" ]; then step skip "$t" "needs ${need}s, ${left}s left"; skipped=1; continue; fi
+      fi
       step server "$t"
       "${SMK[@]}" "$t" --rerun-triggers params input code software-env >> "$S/study.log" 2>&1 || step FAILED "$t"
-    done
-    if [ -z "${ENGINES:-}" ]; then
+    done 3<<< "$targets"
+    if [ -z "${ENGINES:-}" ] && [ "$skipped" = 1 ]; then
+      step skip study-rest "jobs were skipped: the report is rebuilt from the saved jobs instead"
+    elif [ -z "${ENGINES:-}" ]; then
       step study-rest
       "${SMK[@]}" --rerun-triggers params input code software-env >> "$S/study.log" 2>&1 || step FAILED study-rest
     fi

@@ -14,8 +14,12 @@ With --left STUDY_DIR, the jobs already saved there and still current for the co
 ``tools/study_results.py restore`` would put back) are listed as done and left out of the total: what the next
 stretch has to run.
 
+With --targets, the jobs not done are printed one a line as their result file and high estimate in seconds,
+in the order a stretch runs them (tools/device_stretch.sh reads it: it skips a job that would outlast the
+stretch's STRETCH_MIN minutes rather than have it cut halfway).
+
 usage: .venv/bin/python tools/estimate_study.py CONFIG [--from STUDY_DIR ...] [--left STUDY_DIR]
-                                                [--engines ID ...] [--hardware gpu]
+                                                [--engines ID ...] [--hardware gpu] [--targets]
 """
 
 from __future__ import annotations
@@ -125,6 +129,8 @@ class Estimate:
     high_s: float
     measured: bool  # every figure it uses came from finished jobs
     done: bool = False  # saved and current under --left: not run again
+    target: str = ""  # the job's result file under results/, what Snakemake is asked for
+    order: tuple = ()  # where the job comes in a stretch (see ``stretch_order``)
 
 
 def measuring(job: ServerJob, t: Timings) -> Estimate:
@@ -151,6 +157,13 @@ def side(job: ServerJob, t: Timings, kind: str) -> Estimate:
     return Estimate(job.server_id, job.server.engine, kind, start + work + stop, start_hi + work_hi + stop, m1 and m2)
 
 
+def stretch_order(config: dict, server: str, side_rank: int) -> tuple:
+    """Where a job comes in a stretch: SGLang's jobs first, then per engine LoRA off, then by slot count, each
+    side job (``side_rank`` 1: runtime loading, 2: prefix caching) right after the server it copies."""
+    s = config["servers"][server]
+    return (s["engine"] != "sglang", s["engine"], s["lora"], s.get("max_loras") or 0, server, side_rank)
+
+
 def estimate(config: dict, timings: dict[str, Timings], engines: list[str] | None, hardware: str) -> list[Estimate]:
     def wanted(server: str) -> bool:
         return engines is None or config["servers"][server]["engine"] in engines
@@ -159,15 +172,21 @@ def estimate(config: dict, timings: dict[str, Timings], engines: list[str] | Non
     for server in config["servers"]:
         if wanted(server):
             job = server_job(config, server, hardware)
-            out.append(measuring(job, timings.get(job.server.engine, Timings())))
+            est = measuring(job, timings.get(job.server.engine, Timings()))
+            est.target, est.order = f"results/servers/{server}/facts.json", stretch_order(config, server, 0)
+            out.append(est)
     for server in runtime_load_servers(config):
         if wanted(server):
             job = server_job(config, server, hardware, runtime=True)
-            out.append(side(job, timings.get(job.server.engine, Timings()), "runtime loading"))
+            est = side(job, timings.get(job.server.engine, Timings()), "runtime loading")
+            est.target, est.order = f"results/runtime_load/{server}/load.json", stretch_order(config, server, 1)
+            out.append(est)
     for server in prefix_cache_servers(config):
         if wanted(server):
             job = server_job(config, server, hardware, prefix=True)
-            out.append(side(job, timings.get(job.server.engine, Timings()), "prefix caching"))
+            est = side(job, timings.get(job.server.engine, Timings()), "prefix caching")
+            est.target, est.order = f"results/prefix_cache/{server}/prefix.json", stretch_order(config, server, 2)
+            out.append(est)
     return out
 
 
@@ -216,6 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--left", help="a study folder whose saved, current jobs count as done")
     ap.add_argument("--engines", nargs="*", help="only the jobs of these engine ids of the config")
     ap.add_argument("--hardware", default="gpu", choices=["gpu", "cpu"])
+    ap.add_argument(
+        "--targets",
+        action="store_true",
+        help="print, in stretch order, each job not done as its result file and its high estimate in seconds",
+    )
     args = ap.parse_args(argv)
     for flag, s in [*(("--from", x) for x in args.studies), *((("--left", args.left),) if args.left else ())]:
         if not Path(s).is_dir():
@@ -238,6 +262,10 @@ def main(argv: list[str] | None = None) -> int:
         done = saved_and_current(Path(args.left), config)
         for r in rows:
             r.done = r.job in done
+    if args.targets:
+        for r in sorted((r for r in rows if not r.done), key=lambda r: r.order):
+            print(r.target, round(r.high_s))
+        return 0
     print(render(rows, ", ".join(args.studies) or "defaults"))
     return 0
 
