@@ -150,7 +150,13 @@ def summarize(rows: list[dict[str, Any]], variants: list[str]) -> dict[str, Any]
             "errors": sum(r["n_errors"] for r in rows if r["variant"] == v),
             **{
                 f"{k}_median": statistics.median(vs) if vs else None
-                for k in ("engine_top_thread_pct", "gpu_util_pct_mean", "host_steal_pct")
+                for k in (
+                    "engine_top_thread_pct",
+                    "gpu_util_pct_mean",
+                    "host_steal_pct",
+                    "client_cpu_pct",
+                    "host_cpu_probe_ms",
+                )  # fmt: skip
                 for vs in [[r["metrics"][k] for r in sel if r.get("metrics", {}).get(k) is not None]]
             },
         }
@@ -206,7 +212,8 @@ async def run(args: argparse.Namespace, job: ServerJob, spec: ServerSpec, srv: A
                 print(
                     f"round {rnd:2d} {v:<15} {row['throughput_tok_s']:10.1f} tok/s  {row['n_bursts']:3d} bursts "
                     f"{row['outlier_bursts']} slow  ITL {row['itl_median_ms']:.2f} ms  top thread "
-                    f"{row['metrics'].get('engine_top_thread_pct', float('nan')):.0f} %",
+                    f"{row['metrics'].get('engine_top_thread_pct', float('nan')):.0f} %  probe "
+                    f"{row['metrics'].get('host_cpu_probe_ms', float('nan')):.2f} ms",
                     flush=True,
                 )
     return rows

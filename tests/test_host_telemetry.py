@@ -14,7 +14,12 @@ from .test_gpu_telemetry import measured_cell
 
 MEASURED = Path(__file__).parents[1] / "studies/h200-both/servers/sglang-lora-2/measurements.jsonl"
 
-SPIN = "import time\nt = time.time() + 30\nwhile time.time() < t: pass\n"
+# One spinning thread beside four idle ones, as an engine's scheduler loop beside its helper threads.
+SPIN = (
+    "import threading, time\n"
+    "for _ in range(4): threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+    "t = time.time() + 30\nwhile time.time() < t: pass\n"
+)
 
 
 def test_a_busy_engine_thread_is_seen():
@@ -30,6 +35,7 @@ def test_a_busy_engine_thread_is_seen():
         proc.kill()
         proc.wait()
     assert got["engine_top_thread"].startswith("python") and got["engine_top_thread_pct"] > 30
+    # each thread's own CPU time, not its process's (five threads, one CPU's worth in all)
     assert 0.3 < got["engine_cpus"] <= 1.2 and got["engine_top_thread_preempted_per_s"] >= 0
     assert 0 <= got["host_steal_pct"] <= 100 and got["host_busy_cpus"] > 0.3
     # this process slept through the window: the client's own share is small
@@ -44,6 +50,9 @@ def test_a_busy_client_is_seen():
         pass
     got = host.window(a, host.snapshot())
     assert got["client_cpu_pct"] > 50
+    # the fixed piece of work took some time, and about as long at either end
+    assert 0 < got["host_cpu_probe_ms"] < 1000
+    assert 0.3 < HostTelemetry.cpu_probe_ms() / got["host_cpu_probe_ms"] < 3
 
 
 def test_no_engine_and_no_time_give_host_figures_or_nothing():

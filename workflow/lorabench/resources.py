@@ -132,7 +132,8 @@ class HostTelemetry:
     """Where the host's CPU time went during each measurement window, from /proc before and after it (nothing
     is read while requests are in flight): CPU time stolen by the hypervisor, how many CPUs were busy, how many
     CPUs' worth the engine's processes used, the engine's busiest thread (its share of one CPU and how often the
-    kernel preempted it), and the load client's own CPU share and preemptions (this process). An engine whose
+    kernel preempted it), the load client's own CPU share and preemptions (this process), and how long a fixed
+    piece of work takes on the client's CPU at either end of the window (a slower host). An engine whose
     scheduler loop runs on one host thread is as fast as that thread, and a client as fast as its CPU: where
     throughput moves between measurements while the GPU's clocks hold, these say whether the host moved."""
 
@@ -150,14 +151,15 @@ class HostTelemetry:
     def _threads(self) -> dict[int, tuple[str, int, int]]:
         """Per engine thread: name, user+system ticks, involuntary context switches."""
         out: dict[int, tuple[str, int, int]] = {}
-        for tids in (group_threads(self.pgid) if self.pgid else {}).values():
+        for pid, tids in (group_threads(self.pgid) if self.pgid else {}).items():
             for tid in tids:
-                ticks = cpu_ticks(tid)
+                ticks = cpu_ticks(pid, tid)
+                task = Path(f"/proc/{pid}/task/{tid}")
                 try:
-                    name = Path(f"/proc/{tid}/comm").read_text().strip()
+                    name = (task / "comm").read_text().strip()
                     nv = next(
                         int(ln.split()[1])
-                        for ln in Path(f"/proc/{tid}/status").read_text().splitlines()
+                        for ln in (task / "status").read_text().splitlines()
                         if ln.startswith("nonvoluntary_ctxt_switches")
                     )
                 except (OSError, ValueError, IndexError, StopIteration):
@@ -173,8 +175,28 @@ class HostTelemetry:
         ru = resource.getrusage(resource.RUSAGE_SELF)
         return ru.ru_utime + ru.ru_stime, ru.ru_nivcsw
 
+    @staticmethod
+    def cpu_probe_ms(loops: int = 50_000, tries: int = 3) -> float:
+        """Milliseconds this CPU takes for a fixed piece of Python work (the fastest of ``tries``): a host whose
+        cores run slower for a while (frequency, a busy neighbour on the same core) shows it here, where the
+        engine's own counters cannot tell a slower CPU from more work."""
+        best = float("inf")
+        for _ in range(tries):
+            t0 = time.perf_counter()
+            x = 0
+            for i in range(loops):
+                x ^= i * 7
+            best = min(best, time.perf_counter() - t0)
+        return 1000 * best
+
     def snapshot(self) -> dict[str, Any]:
-        return {"t": time.monotonic(), "cpu": self._cpu(), "threads": self._threads(), "client": self._client()}
+        return {
+            "t": time.monotonic(),
+            "cpu": self._cpu(),
+            "threads": self._threads(),
+            "client": self._client(),
+            "probe_ms": self.cpu_probe_ms(),
+        }
 
     def window(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         """The window between two snapshots, summarised; empty where /proc could not be read."""
@@ -190,6 +212,8 @@ class HostTelemetry:
         if "client" in a and "client" in b:
             out["client_cpu_pct"] = round(100 * (b["client"][0] - a["client"][0]) / secs, 1)
             out["client_preempted_per_s"] = round((b["client"][1] - a["client"][1]) / secs, 1)
+        if "probe_ms" in a and "probe_ms" in b:
+            out["host_cpu_probe_ms"] = round((a["probe_ms"] + b["probe_ms"]) / 2, 3)
         used = {t: (v[0], v[1] - a["threads"][t][1], v[2] - a["threads"][t][2])
                 for t, v in b["threads"].items() if t in a["threads"]}  # fmt: skip
         if used:
@@ -203,10 +227,13 @@ class HostTelemetry:
         return out
 
 
-def proc_stat(pid: int) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command name (state, ppid, pgrp, ...), or None when it is gone."""
+def proc_stat(pid: int, tid: int | None = None) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state, ppid, pgrp, ...), or None when it is gone;
+    with ``tid``, those of that one thread (/proc/PID/task/TID/stat: /proc/TID/stat would give the whole
+    process's CPU times for any of its threads)."""
+    path = f"/proc/{pid}/task/{tid}/stat" if tid is not None else f"/proc/{pid}/stat"
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return Path(path).read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
 
@@ -235,9 +262,10 @@ def group_threads(pgid: int) -> dict[int, list[int]]:
     return out
 
 
-def cpu_ticks(pid: int) -> int | None:
-    """User and system CPU time of a process or thread so far, in clock ticks; None when it is gone."""
-    stat = proc_stat(pid)
+def cpu_ticks(pid: int, tid: int | None = None) -> int | None:
+    """User and system CPU time so far of a process (all its threads) or, with ``tid``, of one of its threads,
+    in clock ticks; None when it is gone."""
+    stat = proc_stat(pid, tid)
     try:
         return int(stat[11]) + int(stat[12]) if stat else None
     except (IndexError, ValueError):

@@ -141,7 +141,8 @@ def summarize_cell(
         row["gpu_sm_mhz_throughput_corr"] = float(sm.corr(tp)) if len(sm) >= 3 and sm.std() > 0 else None
     # ... and the host's (HostTelemetry): does throughput move with the GPU's busy share, with time stolen by the
     # hypervisor, with the engine's busiest host thread (a scheduler loop bound to one CPU), or with the load
-    # client's own CPU (a client that fills its CPU reads tokens late)?
+    # client's own CPU (a client that fills its CPU reads tokens late), or with the host's CPU speed (a fixed
+    # piece of work timed on the client's CPU)?
     for col, name in (
         ("m_gpu_util_pct_mean", "gpu_util_pct"),
         ("m_host_steal_pct", "host_steal_pct"),
@@ -149,6 +150,7 @@ def summarize_cell(
         ("m_engine_top_thread_pct", "engine_top_thread_pct"),
         ("m_engine_top_thread_preempted_per_s", "engine_top_thread_preempted_per_s"),
         ("m_client_cpu_pct", "client_cpu_pct"),
+        ("m_host_cpu_probe_ms", "host_cpu_probe_ms"),
     ):
         series = pd.to_numeric(_col(ms, col), errors="coerce").dropna()
         if len(series):
