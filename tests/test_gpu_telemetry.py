@@ -5,10 +5,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from lorabench.report import findings, stability
 from lorabench.resources import GpuTelemetry, summarize_gpu_samples
 from lorabench.summary import _flatten, summarize_cell
 
 MEASURED = Path(__file__).parents[1] / "studies/h200-both/servers/vllm-lora-2/measurements.jsonl"
+SGLANG = MEASURED.parents[1] / "sglang-lora-2" / "measurements.jsonl"  # measured with GpuTelemetry
 
 # The shape of `nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,
 # clocks_event_reasons.active --format=csv,noheader,nounits` lines, split at commas.
@@ -49,3 +51,39 @@ def test_cell_reports_clock_and_its_correlation_with_throughput():
     row = summarize_cell(ms)
     assert row["gpu_sm_mhz_median"] == 1650.0 and row["gpu_sm_mhz_throughput_corr"] > 0.5
     assert "gpu_sm_mhz_median" not in summarize_cell(ms.drop(columns=["m_gpu_sm_mhz_mean"]))
+
+
+def test_a_wide_cell_says_why_from_its_own_measurements():
+    # A committed SGLang cell of the H200 (14 measurements, never within ±3 %): measurements differ as a whole
+    # while the bursts inside each agree, and throughput moves with the GPU's busy share.
+    ms = measured_cell(SGLANG, condition="base", burst=3, n=14)
+    row = summarize_cell(ms, target_pct=3.0)
+    assert row["reached_target"] is False and row["spread_kind"] == "measurements"
+    assert row["between_sd_pct"] > 2 * row["burst_sd_pct"] > 0
+    assert row["spread_reason"].startswith("whole measurements differ (±")
+    assert "throughput moves with the GPU's busy share (r = +0.9" in row["spread_reason"]
+    # eight measurements: their interval is the whole range, and the reason says so
+    few = summarize_cell(ms.iloc[:8], target_pct=0.5)
+    assert few["spread_reason"].startswith("only 8 measurements, so the 95 % interval is their whole range")
+    # a cell within its target has no reason
+    assert summarize_cell(ms, target_pct=50.0)["spread_reason"] is None
+
+
+def test_stability_finding_groups_the_cells_by_the_kind_of_spread():
+    rows = [
+        {"status": "ok", "reached_target": True, "target_ci_pct": 3.0},
+        {"status": "ok", "reached_target": False, "target_ci_pct": 3.0, "spread_kind": "measurements",
+         "between_sd_pct": 9.0, "burst_sd_pct": 1.5, "server": "s", "condition": "a", "burst": 3,
+         "spread_reason": "whole measurements differ (...); throughput moves with the GPU's busy share (r = +0.90)"},
+        {"status": "ok", "reached_target": False, "target_ci_pct": 3.0, "spread_kind": "bursts",
+         "between_sd_pct": 4.0, "burst_sd_pct": 3.0, "spread_reason": "bursts vary inside measurements (...)"},
+        {"status": "not run: needs a GPU"},
+    ]  # fmt: skip
+    st = stability(rows)
+    assert (st["n"], st["reached"], st["target"]) == (3, 1, "±3 %")
+    assert [(g["kind"], g["n"], g["moves_with"]) for g in st["groups"]] == [
+        ("measurements", 1, "the GPU's busy share"),
+        ("bursts", 1, None),
+    ]
+    answer = next(f for f in findings(rows, [], []) if f["key"] == "stability")["answer"]
+    assert answer.startswith("1 of 3 measured cells within ±3 %") and "±9.0-9.0 % between measurements" in answer

@@ -6,6 +6,7 @@ Reads only saved results (summary JSON, verdicts, manifests), so it rebuilds wit
 from __future__ import annotations
 
 import logging
+import re
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -149,6 +150,7 @@ def render_report(
             (f["measurement"] for f in summary.get("server_facts_raw", {}).values() if f.get("measurement")), {}
         ),
         conditions=summary.get("conditions", {}),
+        stability=stability(rows),
         sections=sorted({c["section"] for c in verdicts["claims"]}),
     )
     write_text_atomic(out_html, html)
@@ -328,6 +330,54 @@ def _prefix_answer(pc: dict[str, Any]) -> str:
     return f"{pc['server']}: no; reused across models: {', '.join(shared)}"
 
 
+SPREAD_KINDS = {
+    "measurements": "whole measurements differ while the bursts inside each agree (a state lasting a measurement)",
+    "bursts": "bursts vary inside measurements",
+    "too few": "too few measurements for a narrower interval",
+}
+
+
+def stability(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """How many measured cells reached their interval target, and why the others did not, grouped by the kind
+    of spread their own measurements show (summary's ``spread_kind``), each group with the range of its
+    figures and the telemetry named most often."""
+    measured = [r for r in rows if r.get("status") == "ok" and r.get("reached_target") is not None]
+    if not measured:
+        return None
+    missed = [r for r in measured if r.get("reached_target") is False]
+    groups = []
+    for kind, text in SPREAD_KINDS.items():
+        rs = [r for r in missed if r.get("spread_kind") == kind]
+        if not rs:
+            continue
+        between = [r["between_sd_pct"] for r in rs if r.get("between_sd_pct") is not None]
+        burst = [r["burst_sd_pct"] for r in rs if r.get("burst_sd_pct") is not None]
+        moves = [m.group(1) for r in rs if (m := re.search(r"throughput moves with (.+?) \(r =", r["spread_reason"]))]
+        top = max(set(moves), key=moves.count) if moves else None
+        groups.append({
+            "kind": kind, "text": text, "n": len(rs), "rows": rs,
+            "between": (min(between), max(between)) if between else None,
+            "burst": (min(burst), max(burst)) if burst else None,
+            "moves_with": top, "moves_n": moves.count(top) if top else 0,
+        })  # fmt: skip
+    targets = sorted({float(r["target_ci_pct"]) for r in measured if r.get("target_ci_pct") is not None})
+    target = " or ".join(f"±{t:g} %" for t in targets) or "their target"
+    return {"n": len(measured), "reached": len(measured) - len(missed), "target": target, "groups": groups}
+
+
+def _stability_answer(st: dict[str, Any]) -> str:
+    out = f"{st['reached']} of {st['n']} measured cells within {st['target']} (95 % interval of the median)"
+    for g in st["groups"]:
+        part = f"{g['n']}: {g['text']}"
+        if g["between"] and g["burst"] and g["kind"] == "measurements":
+            part += (f", ±{g['between'][0]:.1f}-{g['between'][1]:.1f} % between measurements against "
+                     f"±{g['burst'][0]:.1f}-{g['burst'][1]:.1f} % from bursts")  # fmt: skip
+        if g["moves_with"]:
+            part += f"; in {g['moves_n']} of them throughput moves with {g['moves_with']}"
+        out += f"; {part}"
+    return out + ("" if st["groups"] else "; every cell reached it")
+
+
 def _side_findings(
     jobs: list[dict[str, Any]], key: str, question: str, answer: Callable[[dict[str, Any]], str]
 ) -> list[dict[str, Any]]:
@@ -351,6 +401,10 @@ def findings(
     is beyond the span the two medians' 95 % intervals allow."""
     ok = [r for r in rows if r.get("status") == "ok" and r.get("throughput_median")]
     found: list[dict[str, Any] | None] = []
+    st = stability(rows)
+    if st:
+        question = "how stable are these figures?"
+        found.append({"key": "stability", "question": question, "answer": _stability_answer(st)})
     for engine in sorted({r["engine"] for r in ok}):
         eng = [r for r in ok if r["engine"] == engine]
         bursts = sorted({r["burst"] for r in eng})

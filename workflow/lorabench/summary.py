@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +159,79 @@ def summarize_cell(
             tp = ms.loc[series.index, "throughput_tok_s"]
             ok = len(series) >= 3 and series.std() > 0
             row[name + "_throughput_corr"] = float(series.corr(tp)) if ok else None
+    row.update(spread_sources(clean))
+    missed = row["reached_target"] is False
+    row["spread_kind"], row["spread_reason"] = spread_reason(row) if missed else (None, None)
     return row
+
+
+# The telemetry a cell's throughput is correlated with (summarize_cell's ``NAME_throughput_corr``), as the
+# reason for a wide interval names it.
+TELEMETRY_NAMES = {
+    "gpu_sm_mhz": "the GPU's SM clock",
+    "gpu_util_pct": "the GPU's busy share",
+    "host_steal_pct": "CPU time stolen from the host",
+    "engine_cpus": "the engine's CPU use",
+    "engine_top_thread_pct": "the engine's busiest thread",
+    "engine_top_thread_preempted_per_s": "preemptions of the engine's busiest thread",
+    "client_cpu_pct": "the load client's CPU",
+    "host_cpu_probe_ms": "the host CPU's speed (probe time)",
+}
+MIN_CORR_N = 6  # measurements before a correlation is named as a reason
+WHOLE_RANGE_BELOW = 9  # with fewer values, the 95 % interval of a median is their range (stats.MedianInterval)
+MIN_CORR = 0.6
+
+
+def spread_sources(clean: pd.DataFrame) -> dict[str, float | None]:
+    """Where a cell's spread comes from: how far its measurements stray from their median (``between_sd_pct``,
+    the sd of the log ratio, in %) against what the bursts inside each measurement alone would move its figure
+    (``burst_sd_pct``: the median over measurements of the standard error of a median burst, 1.25 sd / sqrt(n)
+    of the bursts, relative to their mean). Between far above burst: whole measurements differ (slow states)."""
+    vals = [float(v) for v in clean["throughput_tok_s"] if v and v > 0]
+    out: dict[str, float | None] = {"between_sd_pct": None, "burst_sd_pct": None}
+    if len(vals) >= 3:
+        med = statistics.median(vals)
+        out["between_sd_pct"] = 100 * statistics.pstdev([math.log(v / med) for v in vals])
+    ses = []
+    for text in _col(clean, "burst_tok_s").dropna():
+        bursts = [float(x) for x in str(text).split()]
+        if len(bursts) >= 2 and statistics.fmean(bursts) > 0:
+            ses.append(1.25 * statistics.stdev(bursts) / statistics.fmean(bursts) / math.sqrt(len(bursts)))
+    if ses:
+        out["burst_sd_pct"] = 100 * statistics.median(ses)
+    return out
+
+
+def spread_reason(row: dict[str, Any]) -> tuple[str, str]:
+    """Why a cell's 95 % interval stayed wider than its target, from its own measurements: whole measurements
+    that differ (a state lasting a measurement) or bursts that vary inside them, and the recorded telemetry that
+    moves with throughput most, where one does. Returns the kind (``measurements``, ``bursts``, ``too few``) and
+    the sentence."""
+    between, burst = row.get("between_sd_pct"), row.get("burst_sd_pct")
+    n = int(row.get("throughput_n") or 0)
+    if between is None:
+        return "too few", f"{n} measurement(s) without errors: too few for an interval"
+    few = f"only {n} measurements, so the 95 % interval is their whole range; " if n < WHOLE_RANGE_BELOW else ""
+    if burst is not None and between > 2 * burst:
+        kind = "measurements"
+        why = (f"whole measurements differ (±{between:.1f} % between them; the bursts inside one explain "
+               f"±{burst:.1f} %)")  # fmt: skip
+    elif burst is not None:
+        kind = "bursts"
+        why = f"bursts vary inside measurements (±{burst:.1f} % per measurement from its bursts alone)"
+    else:
+        kind = "measurements"
+        why = f"measurements differ (±{between:.1f} % between them)"
+    corrs = [
+        (abs(c), c, label)
+        for key, label in TELEMETRY_NAMES.items()
+        if (c := row.get(f"{key}_throughput_corr")) is not None and not math.isnan(c)
+    ]
+    if corrs and n >= MIN_CORR_N:
+        strength, corr, label = max(corrs)
+        if strength >= MIN_CORR:
+            why += f"; throughput moves with {label} (r = {corr:+.2f})"
+    return ("too few" if few and kind == "bursts" else kind), few + why
 
 
 def _engine_baselines(sdf: pd.DataFrame) -> None:
