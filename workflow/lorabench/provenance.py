@@ -21,7 +21,8 @@ def code_commit(repo: Path) -> dict[str, Any]:
 
     try:
         commit = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        # published results (studies/) are not code: a study being written there leaves the code clean
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)studies"))
     except (OSError, subprocess.SubprocessError):
         commit, dirty = "", False
     return {"commit": commit or "unknown", "dirty": dirty}

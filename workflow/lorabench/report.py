@@ -16,6 +16,7 @@ import jinja2
 
 from . import plots, provenance, stats
 from .io import read_json, write_json, write_text_atomic
+from .job import server_job
 from .queues import cliff_sentence
 
 log = logging.getLogger(__name__)
@@ -147,14 +148,27 @@ def render_report(
             rows, summary.get("runtime", []), summary.get("engine_comparison") or [], summary.get("prefix_cache", [])
         ),
         measurement=next(
-            (f["measurement"] for f in summary.get("server_facts_raw", {}).values() if f.get("measurement")), {}
-        ),
+            (f["measurement"] for f in summary.get("server_facts_raw", {}).values() if f.get("measurement")),
+            None,
+        )
+        or _config_measurement(config),
         conditions=summary.get("conditions", {}),
         stability=stability(rows),
         sections=sorted({c["section"] for c in verdicts["claims"]}),
     )
     write_text_atomic(out_html, html)
     log.info("report: %s (%d rows, %d claims)", out_html, len(rows), len(verdicts["claims"]))
+
+
+def _config_measurement(config: dict[str, Any]) -> dict[str, Any]:
+    """How the config asks its servers to be measured, for a report none of whose servers has measured yet."""
+    servers = list(config.get("servers") or {})
+    if not servers:
+        return {}
+    try:
+        return server_job(config, servers[0], hardware="").measurement_facts()
+    except (KeyError, TypeError, ValueError):
+        return {}
 
 
 def rank_rows(rows: list[dict[str, Any]], adapters: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
