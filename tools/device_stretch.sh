@@ -5,7 +5,8 @@
 # (which re-lay the tree) cannot touch it.
 #   bash tools/device_stretch.sh start CONFIG STUDY_DIR [stability]   copy to /tmp/stretch/w, start detached
 #   bash tools/device_stretch.sh status                               steps so far, last lines of the current one
-#   bash tools/device_stretch.sh pack OUTDIR                          finished jobs (one archive each), manifests, logs
+#   bash tools/device_stretch.sh pack OUTDIR                          finished jobs (one archive each: servers-X.tgz,
+#                                                                     runtime_load-X.tgz, prefix_cache-X.tgz), manifests, logs
 #   bash tools/device_stretch.sh wait SECONDS                         poll until the driver stops or SECONDS pass
 # With "stability": benchmarks/stability.py first, on each server of STAB_SERVERS (default: the 2-slot LoRA
 # servers), cell STAB_CONDITION x STAB_BURST (ab x 48), STAB_ROUNDS rounds (6) of STAB_MIN_S seconds (2.5),
@@ -103,7 +104,7 @@ case "${1:-}" in
     out=${2:?output folder}
     rm -rf "$S/save"
     (cd "$W" && python3 tools/study_results.py save results "$S/save" > /dev/null)
-    for d in "$S"/save/servers/* "$S"/save/runtime_load/*; do
+    for d in "$S"/save/servers/* "$S"/save/runtime_load/* "$S"/save/prefix_cache/*; do
       [ -d "$d" ] && tar -czf "$out/$(basename "$(dirname "$d")")-$(basename "$d").tgz" -C "$(dirname "$d")" "$(basename "$d")"
     done
     (cd "$W" && tar -czf "$out/meta.tgz" results/envs results/model/manifest.json results/adapters/*.json \
