@@ -86,4 +86,7 @@ def test_stability_finding_groups_the_cells_by_the_kind_of_spread():
         ("bursts", 1, None),
     ]
     answer = next(f for f in findings(rows, [], []) if f["key"] == "stability")["answer"]
-    assert answer.startswith("1 of 3 measured cells within ±3 %") and "±9.0-9.0 % between measurements" in answer
+    assert (
+        answer.startswith("1 of 3 measured cells within ±3 %")
+        and "±9.0 % between measurements against ±1.5 % from bursts" in answer
+    )

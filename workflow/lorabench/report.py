@@ -373,10 +373,17 @@ def stability(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
             "between": (min(between), max(between)) if between else None,
             "burst": (min(burst), max(burst)) if burst else None,
             "moves_with": top, "moves_n": moves.count(top) if top else 0,
+            "between_text": _pct_range((min(between), max(between))) if between else "",
+            "burst_text": _pct_range((min(burst), max(burst))) if burst else "",
         })  # fmt: skip
     targets = sorted({float(r["target_ci_pct"]) for r in measured if r.get("target_ci_pct") is not None})
     target = " or ".join(f"±{t:g} %" for t in targets) or "their target"
     return {"n": len(measured), "reached": len(measured) - len(missed), "target": target, "groups": groups}
+
+
+def _pct_range(span: tuple[float, float]) -> str:
+    lo, hi = (f"{v:.1f}" for v in span)
+    return f"±{lo} %" if lo == hi else f"±{lo}-{hi} %"
 
 
 def _stability_answer(st: dict[str, Any]) -> str:
@@ -384,8 +391,7 @@ def _stability_answer(st: dict[str, Any]) -> str:
     for g in st["groups"]:
         part = f"{g['n']}: {g['text']}"
         if g["between"] and g["burst"] and g["kind"] == "measurements":
-            part += (f", ±{g['between'][0]:.1f}-{g['between'][1]:.1f} % between measurements against "
-                     f"±{g['burst'][0]:.1f}-{g['burst'][1]:.1f} % from bursts")  # fmt: skip
+            part += f", {_pct_range(g['between'])} between measurements against {_pct_range(g['burst'])} from bursts"
         if g["moves_with"]:
             part += f"; in {g['moves_n']} of them throughput moves with {g['moves_with']}"
         out += f"; {part}"
