@@ -110,3 +110,25 @@ def test_ratio_to_baseline_in_recorded_summary():
     r = rows[("lora-2", "abc", 8)]
     assert abs(r["ratio_to_baseline_pct"] - 100 * (r["throughput_median"] / base["throughput_median"] - 1)) < 1e-9
     assert json.dumps(summary)  # serialisable as written
+
+
+def test_host_speed_per_server_job_against_the_baseline_job():
+    from lorabench.report import _host_speed_answer
+    from lorabench.summary import _host_speed
+
+    fdf = pd.DataFrame({"server": ["lora-off", "lora-4"]})
+    mdf = pd.DataFrame({
+        "server": ["lora-off", "lora-off", "lora-4", "lora-4", "lora-4"],
+        "warmup": [False, False, False, False, True],
+        "m_host_cpu_probe_ms": [1.56, 1.58, 1.62, 1.64, 9.0],  # the warm-up row does not count
+    })  # fmt: skip
+    _host_speed(fdf, mdf, {"server": "lora-off", "condition": "base"})
+    assert list(fdf["host_cpu_probe_ms"]) == pytest.approx([1.57, 1.63])
+    assert fdf["host_slower_than_baseline_pct"].iloc[1] == pytest.approx(100 * (1.63 / 1.57 - 1))
+    answer = _host_speed_answer(fdf.to_dict("records"))
+    assert answer.startswith("; the host's CPU ran 3.8 % slower during lora-4's job than during lora-off's")
+    same = _host_speed_answer([{"server": "a", "host_cpu_probe_ms": 1.60}, {"server": "b", "host_cpu_probe_ms": 1.61}])
+    assert "same speed in every server job (CPU probe within 0.6 %)" in same
+    older = pd.DataFrame({"server": ["lora-off"]})
+    _host_speed(older, pd.DataFrame({"server": ["lora-off"], "throughput_tok_s": [1.0]}), None)  # no probe recorded
+    assert older["host_cpu_probe_ms"].isna().all()

@@ -145,7 +145,11 @@ def render_report(
         engines_in_study=engines_in_study,
         slot_rows=slot_rows,
         findings=findings(
-            rows, summary.get("runtime", []), summary.get("engine_comparison") or [], summary.get("prefix_cache", [])
+            rows,
+            summary.get("runtime", []),
+            summary.get("engine_comparison") or [],
+            summary.get("prefix_cache", []),
+            summary.get("facts", []),
         ),
         measurement=next(
             (f["measurement"] for f in summary.get("server_facts_raw", {}).values() if f.get("measurement")),
@@ -381,6 +385,23 @@ def stability(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     return {"n": len(measured), "reached": len(measured) - len(missed), "target": target, "groups": groups}
 
 
+HOST_SPEED_NOTE_PCT = 1.0  # a difference of the host CPU probe between server jobs worth a sentence
+
+
+def _host_speed_answer(facts: list[dict[str, Any]]) -> str:
+    """How far the host's speed moved between server jobs (their CPU probe medians), where it moved enough to
+    shift ratios between servers."""
+    probes = {f["server"]: f["host_cpu_probe_ms"] for f in facts if f.get("host_cpu_probe_ms")}
+    if len(probes) < 2:
+        return ""
+    slow, fast = max(probes, key=probes.__getitem__), min(probes, key=probes.__getitem__)
+    pct = 100 * (probes[slow] / probes[fast] - 1)
+    if pct < HOST_SPEED_NOTE_PCT:
+        return f"; the host's CPU ran at the same speed in every server job (CPU probe within {pct:.1f} %)"
+    return (f"; the host's CPU ran {pct:.1f} % slower during {slow}'s job than during {fast}'s (CPU probe), a "
+            "difference every ratio between servers measured at different times carries")  # fmt: skip
+
+
 def _pct_range(span: tuple[float, float]) -> str:
     lo, hi = (f"{v:.1f}" for v in span)
     return f"±{lo} %" if lo == hi else f"±{lo}-{hi} %"
@@ -415,6 +436,7 @@ def findings(
     runtime: list[dict[str, Any]],
     comparison: list[dict[str, Any]],
     prefix: list[dict[str, Any]] | None = None,
+    facts: list[dict[str, Any]] | None = None,
 ) -> list[dict]:
     """What the run answers, first: the cost of enabling LoRA, of one adapter, of too few slots, of runtime
     loading, and the engine comparison. Each answer names the rows it comes from and says whether the difference
@@ -424,7 +446,8 @@ def findings(
     st = stability(rows)
     if st:
         question = "how stable are these figures?"
-        found.append({"key": "stability", "question": question, "answer": _stability_answer(st)})
+        answer = _stability_answer(st) + _host_speed_answer(facts or [])
+        found.append({"key": "stability", "question": question, "answer": answer})
     for engine in sorted({r["engine"] for r in ok}):
         eng = [r for r in ok if r["engine"] == engine]
         bursts = sorted({r["burst"] for r in eng})

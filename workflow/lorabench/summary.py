@@ -377,6 +377,23 @@ def _fact_row(server: str, f: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _host_speed(fdf: pd.DataFrame, mdf: pd.DataFrame, baseline: dict[str, Any] | None) -> None:
+    """Per server job, the median time of the fixed piece of work timed on the client's CPU around its
+    measurements (``host_cpu_probe_ms``) and how much slower the host ran than during the baseline server's job
+    (``host_slower_than_baseline_pct``): server jobs run one after another, so a host that slows down for minutes
+    moves every ratio between two servers, which no cell's interval sees."""
+    fdf["host_cpu_probe_ms"] = float("nan")
+    fdf["host_slower_than_baseline_pct"] = float("nan")
+    if not len(fdf) or "m_host_cpu_probe_ms" not in mdf or "server" not in mdf:
+        return
+    measured = mdf[~mdf["warmup"].fillna(False).astype(bool)] if "warmup" in mdf else mdf
+    probe = pd.to_numeric(measured["m_host_cpu_probe_ms"], errors="coerce").groupby(measured["server"]).median()
+    fdf["host_cpu_probe_ms"] = fdf["server"].map(probe)
+    base = probe.get(baseline["server"]) if baseline else None
+    if base and not math.isnan(base):
+        fdf["host_slower_than_baseline_pct"] = 100 * (fdf["host_cpu_probe_ms"] / base - 1)
+
+
 def aggregate(
     measurement_files: list[str],
     fact_files: list[str],
@@ -399,6 +416,7 @@ def aggregate(
     _engine_baselines(sdf)
     sdf.drop(columns=["values"], errors="ignore").to_csv(out["summary"], index=False)
     fdf = pd.DataFrame([_fact_row(server, f) for server, f in sorted(facts.items())])
+    _host_speed(fdf, mdf, baseline)
     fdf.to_csv(out["facts"], index=False)
     runtime = [_runtime_result(read_json(f)) for f in runtime_files]
     prefix = [read_json(f) for f in prefix_files or []]
