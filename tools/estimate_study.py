@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
-from study_results import JOBS, stale, stale_load  # noqa: E402
+from study_results import JOBS, why_stale  # noqa: E402
 
 from lorabench.config import load_file, prefix_cache_servers, runtime_load_servers  # noqa: E402
 from lorabench.io import read_json  # noqa: E402
@@ -175,17 +175,15 @@ def estimate(config: dict, timings: dict[str, Timings], engines: list[str] | Non
             est = measuring(job, timings.get(job.server.engine, Timings()))
             est.target, est.order = f"results/servers/{server}/facts.json", stretch_order(config, server, 0)
             out.append(est)
-    for server in runtime_load_servers(config):
-        if wanted(server):
-            job = server_job(config, server, hardware, runtime=True)
-            est = side(job, timings.get(job.server.engine, Timings()), "runtime loading")
-            est.target, est.order = f"results/runtime_load/{server}/load.json", stretch_order(config, server, 1)
-            out.append(est)
-    for server in prefix_cache_servers(config):
-        if wanted(server):
-            job = server_job(config, server, hardware, prefix=True)
-            est = side(job, timings.get(job.server.engine, Timings()), "prefix caching")
-            est.target, est.order = f"results/prefix_cache/{server}/prefix.json", stretch_order(config, server, 2)
+    sides = (
+        (1, "runtime loading", runtime_load_servers(config), "runtime_load/{}/load.json"),
+        (2, "prefix caching", prefix_cache_servers(config), "prefix_cache/{}/prefix.json"),
+    )
+    for rank, label, servers, result in sides:
+        for server in filter(wanted, servers):
+            job = server_job(config, server, hardware, runtime=rank == 1, prefix=rank == 2)
+            est = side(job, timings.get(job.server.engine, Timings()), label)
+            est.target, est.order = "results/" + result.format(server), stretch_order(config, server, rank)
             out.append(est)
     return out
 
@@ -200,14 +198,7 @@ def saved_and_current(study: Path, config: dict) -> set[str]:
             saved = read_json(path)
             if saved.get("status") != "ok":
                 continue
-            why = (
-                stale(saved, config)
-                if kind == "servers"
-                else stale_load(saved, config)
-                if kind == "runtime_load"
-                else ""
-            )
-            if not why:
+            if not why_stale(kind, saved, config):
                 out.add(path.parent.name + suffix[kind])
     return out
 

@@ -103,13 +103,7 @@ def restore(study: Path, results: Path, config: dict | None = None) -> list[str]
             if not all((d / f).exists() for f in plain) or not all((d / (f + ".gz")).exists() for f in gz):
                 continue
             saved = json.loads((d / facts_name).read_text())
-            why = (
-                stale(saved, config)
-                if kind == "servers"
-                else stale_load(saved, config)
-                if kind == "runtime_load"
-                else ""
-            )
+            why = why_stale(kind, saved, config)
             if why:
                 print(f"left out {kind}/{d.name}: {why}")
                 continue
@@ -122,6 +116,15 @@ def restore(study: Path, results: Path, config: dict | None = None) -> list[str]
                     shutil.copyfileobj(src, out)
             restored.append(f"{kind}/{d.name}")
     return restored
+
+
+def why_stale(kind: str, saved: dict, config: dict | None) -> str:
+    """Why a saved job of this kind (a key of ``JOBS``) is measured again under ``config`` ('' when it is not)."""
+    if kind == "servers":
+        return stale(saved, config)
+    if kind == "runtime_load":
+        return stale_load(saved, config)
+    return ""
 
 
 def stale_load(load: dict, config: dict | None) -> str:
