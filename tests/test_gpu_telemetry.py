@@ -71,7 +71,7 @@ def test_a_wide_cell_says_why_from_its_own_measurements():
 
 def test_stability_finding_groups_the_cells_by_the_kind_of_spread():
     rows = [
-        {"status": "ok", "reached_target": True, "target_ci_pct": 3.0},
+        {"status": "ok", "reached_target": True, "target_ci_pct": 3.0, "throughput_ci_pct": 2.0},
         {"status": "ok", "reached_target": False, "target_ci_pct": 3.0, "spread_kind": "measurements",
          "between_sd_pct": 9.0, "burst_sd_pct": 1.5, "server": "s", "condition": "a", "burst": 3,
          "spread_reason": "whole measurements differ (...); throughput moves with the GPU's busy share (r = +0.90)"},

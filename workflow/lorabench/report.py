@@ -382,7 +382,15 @@ def stability(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
         })  # fmt: skip
     targets = sorted({float(r["target_ci_pct"]) for r in measured if r.get("target_ci_pct") is not None})
     target = " or ".join(f"±{t:g} %" for t in targets) or "their target"
-    return {"n": len(measured), "reached": len(measured) - len(missed), "target": target, "groups": groups}
+    widths = [r["throughput_ci_pct"] for r in measured if r.get("throughput_ci_pct") is not None]
+    return {
+        "n": len(measured),
+        "reached": len(measured) - len(missed),
+        "target": target,
+        "groups": groups,
+        "widest": max(widths) if widths else None,
+        "median_width": statistics.median(widths) if widths else None,
+    }
 
 
 HOST_SPEED_NOTE_PCT = 1.0  # a difference of the host CPU probe between server jobs worth a sentence
@@ -408,7 +416,10 @@ def _pct_range(span: tuple[float, float]) -> str:
 
 
 def _stability_answer(st: dict[str, Any]) -> str:
-    out = f"{st['reached']} of {st['n']} measured cells within {st['target']} (95 % interval of the median)"
+    out = f"{st['reached']} of {st['n']} measured cells within {st['target']} (95 % interval of the median"
+    if st.get("widest") is not None:
+        out += f"; median ±{st['median_width']:.1f} %, widest ±{st['widest']:.1f} %"
+    out += ")"
     for g in st["groups"]:
         part = f"{g['n']}: {g['text']}"
         if g["between"] and g["burst"] and g["kind"] == "measurements":
