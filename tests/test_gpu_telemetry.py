@@ -87,6 +87,8 @@ def test_stability_finding_groups_the_cells_by_the_kind_of_spread():
     ]
     answer = next(f for f in findings(rows, [], []) if f["key"] == "stability")["answer"]
     assert (
-        answer.startswith("1 of 3 measured cells within ±3 %")
+        answer.startswith(
+            "1 of 3 measured cells within ±3 % (95 % interval of the median; median ±2.0 %, widest ±2.0 %)"
+        )
         and "±9.0 % between measurements against ±1.5 % from bursts" in answer
     )
