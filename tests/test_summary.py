@@ -126,9 +126,9 @@ def test_host_speed_per_server_job_against_the_baseline_job():
     assert list(fdf["host_cpu_probe_ms"]) == pytest.approx([1.57, 1.63])
     assert fdf["host_slower_than_baseline_pct"].iloc[1] == pytest.approx(100 * (1.63 / 1.57 - 1))
     answer = _host_speed_answer(fdf.to_dict("records"))
-    assert answer.startswith("; the host's CPU ran 3.8 % slower during lora-4's job than during lora-off's")
+    assert answer.startswith("; the CPU probe took 3.8 % longer during lora-4's job than during lora-off's")
     same = _host_speed_answer([{"server": "a", "host_cpu_probe_ms": 1.60}, {"server": "b", "host_cpu_probe_ms": 1.61}])
-    assert "same speed in every server job (CPU probe within 0.6 %)" in same
+    assert "the CPU probe took the same time in every server job (within 0.6 %)" in same
     older = pd.DataFrame({"server": ["lora-off"]})
     _host_speed(older, pd.DataFrame({"server": ["lora-off"], "throughput_tok_s": [1.0]}), None)  # no probe recorded
     assert older["host_cpu_probe_ms"].isna().all()

@@ -397,17 +397,19 @@ HOST_SPEED_NOTE_PCT = 1.0  # a difference of the host CPU probe between server j
 
 
 def _host_speed_answer(facts: list[dict[str, Any]]) -> str:
-    """How far the host's speed moved between server jobs (their CPU probe medians), where it moved enough to
-    shift ratios between servers."""
+    """How far the CPU probe's time moved between server jobs (their medians): a fixed piece of work on the
+    client's CPU, slower where the host runs slower or the client's CPU is busier between measurements; the probe
+    cannot tell the two apart."""
     probes = {f["server"]: f["host_cpu_probe_ms"] for f in facts if f.get("host_cpu_probe_ms")}
     if len(probes) < 2:
         return ""
     slow, fast = max(probes, key=probes.__getitem__), min(probes, key=probes.__getitem__)
     pct = 100 * (probes[slow] / probes[fast] - 1)
     if pct < HOST_SPEED_NOTE_PCT:
-        return f"; the host's CPU ran at the same speed in every server job (CPU probe within {pct:.1f} %)"
-    return (f"; the host's CPU ran {pct:.1f} % slower during {slow}'s job than during {fast}'s (CPU probe), a "
-            "difference every ratio between servers measured at different times carries")  # fmt: skip
+        return f"; the CPU probe took the same time in every server job (within {pct:.1f} %)"
+    return (f"; the CPU probe took {pct:.1f} % longer during {slow}'s job than during {fast}'s: the host, or the "
+            "load on the client's CPU, differed between the jobs, and ratios between servers measured at different "
+            "times carry such a difference")  # fmt: skip
 
 
 def _pct_range(span: tuple[float, float]) -> str:

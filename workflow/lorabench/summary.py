@@ -379,9 +379,10 @@ def _fact_row(server: str, f: dict[str, Any]) -> dict[str, Any]:
 
 def _host_speed(fdf: pd.DataFrame, mdf: pd.DataFrame, baseline: dict[str, Any] | None) -> None:
     """Per server job, the median time of the fixed piece of work timed on the client's CPU around its
-    measurements (``host_cpu_probe_ms``) and how much slower the host ran than during the baseline server's job
-    (``host_slower_than_baseline_pct``): server jobs run one after another, so a host that slows down for minutes
-    moves every ratio between two servers, which no cell's interval sees."""
+    measurements (``host_cpu_probe_ms``) and how much longer it took than during the baseline server's job
+    (``host_slower_than_baseline_pct``): slower where the host runs slower or the client's CPU is busier between
+    measurements. Server jobs run one after another, so what moves for minutes moves every ratio between two
+    servers, which no cell's interval sees."""
     fdf["host_cpu_probe_ms"] = float("nan")
     fdf["host_slower_than_baseline_pct"] = float("nan")
     if not len(fdf) or "m_host_cpu_probe_ms" not in mdf or "server" not in mdf:
