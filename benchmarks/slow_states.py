@@ -3,7 +3,7 @@ server, how far measurements of one cell stray from the cell's median, whether t
 a measurement or from whole measurements (a slow state that lasts a measurement), how long such states last (the
 correlation of one measurement's deviation with the next ones' in run order), and which recorded state moves
 with it: the GPU's SM clock, power and busy share (GpuTelemetry), time stolen from the host, the engine's CPU
-use and its busiest thread, the load client's own CPU and the host's CPU speed (HostTelemetry). No server runs:
+use and its busiest thread, the load client's own CPU and the CPU probe's time (HostTelemetry). No server runs:
 it is arithmetic on measurements.jsonl.
 
 usage: .venv/bin/python benchmarks/slow_states.py SERVER_DIR/measurements.jsonl [...]

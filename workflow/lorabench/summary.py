@@ -142,8 +142,8 @@ def summarize_cell(
         row["gpu_sm_mhz_throughput_corr"] = float(sm.corr(tp)) if len(sm) >= 3 and sm.std() > 0 else None
     # ... and the host's (HostTelemetry): does throughput move with the GPU's busy share, with time stolen by the
     # hypervisor, with the engine's busiest host thread (a scheduler loop bound to one CPU), or with the load
-    # client's own CPU (a client that fills its CPU reads tokens late), or with the host's CPU speed (a fixed
-    # piece of work timed on the client's CPU)?
+    # client's own CPU (a client that fills its CPU reads tokens late), or with the CPU probe's time (a fixed
+    # piece of work timed on the client's CPU: longer where the host runs slower or that CPU is busier)?
     for col, name in (
         ("m_gpu_util_pct_mean", "gpu_util_pct"),
         ("m_host_steal_pct", "host_steal_pct"),
@@ -175,7 +175,7 @@ TELEMETRY_NAMES = {
     "engine_top_thread_pct": "the engine's busiest thread",
     "engine_top_thread_preempted_per_s": "preemptions of the engine's busiest thread",
     "client_cpu_pct": "the load client's CPU",
-    "host_cpu_probe_ms": "the host CPU's speed (probe time)",
+    "host_cpu_probe_ms": "the CPU probe's time",
 }
 MIN_CORR_N = 6  # measurements before a correlation is named as a reason
 WHOLE_RANGE_BELOW = 9  # with fewer values, the 95 % interval of a median is their range (stats.MedianInterval)
