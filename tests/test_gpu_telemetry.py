@@ -62,6 +62,7 @@ def test_a_wide_cell_says_why_from_its_own_measurements():
     assert row["between_sd_pct"] > 2 * row["burst_sd_pct"] > 0
     assert row["spread_reason"].startswith("whole measurements differ (±")
     assert "throughput moves with the GPU's busy share (r = +0.9" in row["spread_reason"]
+    assert row["spread_moves_with"] == "the GPU's busy share"
     # eight measurements: their interval is the whole range, and the reason says so
     few = summarize_cell(ms.iloc[:8], target_pct=0.5)
     assert few["spread_reason"].startswith("only 8 measurements, so the 95 % interval is their whole range")
@@ -74,7 +75,8 @@ def test_stability_finding_groups_the_cells_by_the_kind_of_spread():
         {"status": "ok", "reached_target": True, "target_ci_pct": 3.0, "throughput_ci_pct": 2.0},
         {"status": "ok", "reached_target": False, "target_ci_pct": 3.0, "spread_kind": "measurements",
          "between_sd_pct": 9.0, "burst_sd_pct": 1.5, "server": "s", "condition": "a", "burst": 3,
-         "spread_reason": "whole measurements differ (...); throughput moves with the GPU's busy share (r = +0.90)"},
+         "spread_reason": "whole measurements differ (...); throughput moves with the GPU's busy share (r = +0.90)",
+         "spread_moves_with": "the GPU's busy share"},
         {"status": "ok", "reached_target": False, "target_ci_pct": 3.0, "spread_kind": "bursts",
          "between_sd_pct": 4.0, "burst_sd_pct": 3.0, "spread_reason": "bursts vary inside measurements (...)"},
         {"status": "not run: needs a GPU"},

@@ -6,7 +6,6 @@ Reads only saved results (summary JSON, verdicts, manifests), so it rebuilds wit
 from __future__ import annotations
 
 import logging
-import re
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -370,12 +369,10 @@ def stability(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
             continue
         between = [r["between_sd_pct"] for r in rs if r.get("between_sd_pct") is not None]
         burst = [r["burst_sd_pct"] for r in rs if r.get("burst_sd_pct") is not None]
-        moves = [m.group(1) for r in rs if (m := re.search(r"throughput moves with (.+?) \(r =", r["spread_reason"]))]
+        moves = [r["spread_moves_with"] for r in rs if r.get("spread_moves_with")]
         top = max(set(moves), key=moves.count) if moves else None
         groups.append({
             "kind": kind, "text": text, "n": len(rs), "rows": rs,
-            "between": (min(between), max(between)) if between else None,
-            "burst": (min(burst), max(burst)) if burst else None,
             "moves_with": top, "moves_n": moves.count(top) if top else 0,
             "between_text": _pct_range((min(between), max(between))) if between else "",
             "burst_text": _pct_range((min(burst), max(burst))) if burst else "",
@@ -424,8 +421,8 @@ def _stability_answer(st: dict[str, Any]) -> str:
     out += ")"
     for g in st["groups"]:
         part = f"{g['n']}: {g['text']}"
-        if g["between"] and g["burst"] and g["kind"] == "measurements":
-            part += f", {_pct_range(g['between'])} between measurements against {_pct_range(g['burst'])} from bursts"
+        if g["between_text"] and g["burst_text"] and g["kind"] == "measurements":
+            part += f", {g['between_text']} between measurements against {g['burst_text']} from bursts"
         if g["moves_with"]:
             part += f"; in {g['moves_n']} of them throughput moves with {g['moves_with']}"
         out += f"; {part}"

@@ -161,7 +161,9 @@ def summarize_cell(
             row[name + "_throughput_corr"] = float(series.corr(tp)) if ok else None
     row.update(spread_sources(clean))
     missed = row["reached_target"] is False
-    row["spread_kind"], row["spread_reason"] = spread_reason(row) if missed else (None, None)
+    row["spread_kind"], row["spread_reason"], row["spread_moves_with"] = (
+        spread_reason(row) if missed else (None, None, None)
+    )
     return row
 
 
@@ -202,15 +204,15 @@ def spread_sources(clean: pd.DataFrame) -> dict[str, float | None]:
     return out
 
 
-def spread_reason(row: dict[str, Any]) -> tuple[str, str]:
+def spread_reason(row: dict[str, Any]) -> tuple[str, str, str | None]:
     """Why a cell's 95 % interval stayed wider than its target, from its own measurements: whole measurements
     that differ (a state lasting a measurement) or bursts that vary inside them, and the recorded telemetry that
-    moves with throughput most, where one does. Returns the kind (``measurements``, ``bursts``, ``too few``) and
-    the sentence."""
+    moves with throughput most, where one does. Returns the kind (``measurements``, ``bursts``, ``too few``), the
+    sentence, and that telemetry's name (None where none moves with it)."""
     between, burst = row.get("between_sd_pct"), row.get("burst_sd_pct")
     n = int(row.get("throughput_n") or 0)
     if between is None:
-        return "too few", f"{n} measurement(s) without errors: too few for an interval"
+        return "too few", f"{n} measurement(s) without errors: too few for an interval", None
     few = f"only {n} measurements, so the 95 % interval is their whole range; " if n < WHOLE_RANGE_BELOW else ""
     if burst is not None and between > 2 * burst:
         kind = "measurements"
@@ -227,11 +229,13 @@ def spread_reason(row: dict[str, Any]) -> tuple[str, str]:
         for key, label in TELEMETRY_NAMES.items()
         if (c := row.get(f"{key}_throughput_corr")) is not None and not math.isnan(c)
     ]
+    moves_with = None
     if corrs and n >= MIN_CORR_N:
         strength, corr, label = max(corrs)
         if strength >= MIN_CORR:
+            moves_with = label
             why += f"; throughput moves with {label} (r = {corr:+.2f})"
-    return ("too few" if few and kind == "bursts" else kind), few + why
+    return ("too few" if few and kind == "bursts" else kind), few + why, moves_with
 
 
 def _engine_baselines(sdf: pd.DataFrame) -> None:
