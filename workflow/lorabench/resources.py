@@ -133,7 +133,8 @@ class HostTelemetry:
     is read while requests are in flight): CPU time stolen by the hypervisor, how many CPUs were busy, how many
     CPUs' worth the engine's processes used, the engine's busiest thread (its share of one CPU and how often the
     kernel preempted it), the load client's own CPU share and preemptions (this process), and how long a fixed
-    piece of work takes on the client's CPU at either end of the window (a slower host). An engine whose
+    piece of work takes on the client's CPU at either end of the window (longer where the host runs slower or
+    that CPU is busier). An engine whose
     scheduler loop runs on one host thread is as fast as that thread, and a client as fast as its CPU: where
     throughput moves between measurements while the GPU's clocks hold, these say whether the host moved."""
 
@@ -177,9 +178,10 @@ class HostTelemetry:
 
     @staticmethod
     def cpu_probe_ms(loops: int = 50_000, tries: int = 3) -> float:
-        """Milliseconds this CPU takes for a fixed piece of Python work (the fastest of ``tries``): a host whose
-        cores run slower for a while (frequency, a busy neighbour on the same core) shows it here, where the
-        engine's own counters cannot tell a slower CPU from more work."""
+        """Milliseconds this CPU takes for a fixed piece of Python work (the fastest of ``tries``): longer while
+        the host's cores run slower (frequency, a busy neighbour on the same core) or while other work shares
+        this CPU; it cannot tell the two apart, and the engine's own counters cannot tell a slower CPU from more
+        work."""
         best = float("inf")
         for _ in range(tries):
             t0 = time.perf_counter()
