@@ -3,8 +3,9 @@ server, how far measurements of one cell stray from the cell's median, whether t
 a measurement or from whole measurements (a slow state that lasts a measurement), how long such states last (the
 correlation of one measurement's deviation with the next ones' in run order), and which recorded state moves
 with it: the GPU's SM clock, power and busy share (GpuTelemetry), time stolen from the host, the engine's CPU
-use and its busiest thread, the load client's own CPU and the CPU probe's time (HostTelemetry). No server runs:
-it is arithmetic on measurements.jsonl.
+use and its busiest thread, the load client's own CPU and the CPU probe's time (HostTelemetry); and, where the
+busiest thread's CPU was recorded, how far measurements stray on each CPU it ran on and whether the ones where
+it changed CPU stray further. No server runs: it is arithmetic on measurements.jsonl.
 
 usage: .venv/bin/python benchmarks/slow_states.py SERVER_DIR/measurements.jsonl [...]
 """
@@ -26,6 +27,9 @@ FIELDS = (
     "engine_cpus",
     "engine_top_thread_pct",
     "engine_top_thread_preempted_per_s",
+    "engine_top_thread_waits_per_s",
+    "engine_top_thread_migrations_per_s",
+    "engine_top_cpu_steal_pct",
     "client_cpu_pct",
     "client_preempted_per_s",
     "host_cpu_probe_ms",
@@ -90,10 +94,28 @@ def report(path: Path) -> list[str]:
     reasons = sorted({r["metrics"].get("gpu_clock_reasons") for r in ms} - {None})
     if reasons:
         out.append(f"  GPU clock-limit reasons seen: {', '.join(reasons)}")
+    out += by_cpu(dev, ms)
     top = sorted({r["metrics"].get("engine_top_thread") for r in ms} - {None})
     if top:
         out.append(f"  engine's busiest thread: {', '.join(top)}")
     return out
+
+
+def by_cpu(dev: list[float], ms: list[dict]) -> list[str]:
+    """Deviation from the cell's median per CPU the busiest engine thread ran on ("3": the same CPU at either
+    end of the measurement; "3>7": moved), slowest first: a CPU that is slower than the others, or moves that
+    cost, show here."""
+    groups: dict[str, list[float]] = {}
+    for d, r in zip(dev, ms, strict=True):
+        cpu = r["metrics"].get("engine_top_thread_cpu")
+        if cpu is not None:
+            groups.setdefault("moved" if ">" in str(cpu) else f"cpu {cpu}", []).append(d)
+    if not groups:
+        return []
+    lines = ["  busiest engine thread's CPU: measurements, median deviation from their cell's median"]
+    for name, ds in sorted(groups.items(), key=lambda kv: statistics.median(kv[1])):
+        lines.append(f"    {name:10s} n={len(ds):3d}  {100 * statistics.median(ds):+6.1f} %")
+    return lines
 
 
 def main(argv: list[str]) -> int:

@@ -20,6 +20,9 @@ and two that try more than the pipeline does:
                   busiest process first, by the CPU time it has used so far), so that the engine's scheduler, its
                   HTTP front end and its detokenizer never compete for one CPU (set at run time, restored after)
   long            measurements four times as long (--min-s x 4): whether slow states average out inside one
+  thread-fixed    (GPU hosts) the engine's busiest thread (by the CPU time it has used so far: SGLang's scheduler,
+                  vLLM's engine core loop) alone on one CPU of the server's, every other thread of the group on the
+                  rest, so the kernel cannot move it between CPUs between or during measurements
 
 Prints, per variant: the median measurement figure, its spread over rounds (half the range, in percent of the
 median, the source's "±x%"), the 95 % interval of the median, the number of slow bursts (below 75 % of their
@@ -71,8 +74,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "all-off": {"gc": "on", "metrics": "during", "pin": "off", "smi": True},
     "procs-apart": {"apart": True},
     "long": {"length": 4.0},
+    "thread-fixed": {"fixed": True},
 }
-DEFAULT_OFF = ("procs-apart", "long")  # asked for by name (--variants)
+DEFAULT_OFF = ("procs-apart", "long", "thread-fixed")  # asked for by name (--variants)
 
 
 def apart_plan(pgid: int) -> dict[int, set[int]]:
@@ -117,6 +121,20 @@ def procs_apart(pgid: int) -> contextlib.AbstractContextManager[None]:
     return placed({tid: plan[pid] for pid, tids in group_threads(pgid).items() if pid in plan for tid in tids})
 
 
+def thread_fixed(pgid: int) -> contextlib.AbstractContextManager[None]:
+    """The group's busiest thread alone on the last CPU the group may use, the other threads on the rest."""
+    tids = [(pid, tid) for pid, ts in group_threads(pgid).items() for tid in ts]
+    allowed: set[int] = set()
+    for _, tid in tids:
+        with contextlib.suppress(OSError):
+            allowed |= os.sched_getaffinity(tid)
+    if len(allowed) < 2 or not tids:
+        return contextlib.nullcontext()
+    top = max(tids, key=lambda pt: cpu_ticks(*pt) or 0)[1]
+    own = max(allowed)
+    return placed({tid: {own} if tid == top else allowed - {own} for _, tid in tids})
+
+
 def unpinned(pgid: int) -> contextlib.AbstractContextManager[None]:
     """Every thread of the server's group and this process free to use every CPU."""
     every = set(range(os.cpu_count() or 1))
@@ -152,6 +170,8 @@ def summarize(rows: list[dict[str, Any]], variants: list[str]) -> dict[str, Any]
                 f"{k}_median": statistics.median(vs) if vs else None
                 for k in (
                     "engine_top_thread_pct",
+                    "engine_top_thread_migrations_per_s",
+                    "engine_top_cpu_steal_pct",
                     "gpu_util_pct_mean",
                     "host_steal_pct",
                     "client_cpu_pct",
@@ -202,6 +222,8 @@ async def run(args: argparse.Namespace, job: ServerJob, spec: ServerSpec, srv: A
                         stack.enter_context(unpinned(srv.proc.pid))
                     if knobs.get("apart"):
                         stack.enter_context(procs_apart(srv.proc.pid))
+                    if knobs.get("fixed"):
+                        stack.enter_context(thread_fixed(srv.proc.pid))
                     if knobs.get("smi"):
                         stack.enter_context(GpuPoller(0.25))
                     row = await m.measure(cell)
@@ -212,7 +234,8 @@ async def run(args: argparse.Namespace, job: ServerJob, spec: ServerSpec, srv: A
                 print(
                     f"round {rnd:2d} {v:<15} {row['throughput_tok_s']:10.1f} tok/s  {row['n_bursts']:3d} bursts "
                     f"{row['outlier_bursts']} slow  ITL {row['itl_median_ms']:.2f} ms  top thread "
-                    f"{row['metrics'].get('engine_top_thread_pct', float('nan')):.0f} %  probe "
+                    f"{row['metrics'].get('engine_top_thread_pct', float('nan')):.0f} % on cpu "
+                    f"{row['metrics'].get('engine_top_thread_cpu', '-')}  probe "
                     f"{row['metrics'].get('host_cpu_probe_ms', float('nan')):.2f} ms",
                     flush=True,
                 )

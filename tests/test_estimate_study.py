@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 
@@ -45,10 +46,12 @@ def test_without_finished_jobs_the_defaults_are_named_and_a_bad_engine_is_refuse
     assert bad.returncode == 2 and "--engines vlm: not an engine" in bad.stderr
 
 
-def test_targets_list_what_a_stretch_runs_in_order_with_its_high_estimate():
-    proc = estimate(
-        "config/gpu-h200-both.yaml", "--from", "studies/h200-both", "--left", "studies/h200-both", "--targets"
-    )
+def test_targets_list_what_a_stretch_runs_in_order_with_its_high_estimate(tmp_path):
+    # the committed study with its SGLang 4-slot job not saved yet
+    left = tmp_path / "h200-both"
+    shutil.copytree(ROOT / "studies/h200-both", left, ignore=shutil.ignore_patterns("report", "summary", "*.gz"))
+    shutil.rmtree(left / "servers/sglang-lora-4")
+    proc = estimate("config/gpu-h200-both.yaml", "--from", "studies/h200-both", "--left", str(left), "--targets")
     assert proc.returncode == 0, proc.stderr
     rows = [line.split() for line in proc.stdout.splitlines()]
     targets = [t for t, _ in rows]

@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from lorabench.resources import HostTelemetry
 from lorabench.summary import summarize_cell
 
 from .test_gpu_telemetry import measured_cell
 
-MEASURED = Path(__file__).parents[1] / "studies/h200-both/servers/sglang-lora-2/measurements.jsonl"
+ROOT = Path(__file__).parents[1]
+MEASURED = ROOT / "studies/h200-both/servers/sglang-lora-2/measurements.jsonl"
 
-# One spinning thread beside four idle ones, as an engine's scheduler loop beside its helper threads.
+# One spinning thread beside four idle ones, as an engine's scheduler loop beside its helper threads, all on the
+# last CPU this process may use.
+LAST_CPU = max(os.sched_getaffinity(0))
 SPIN = (
-    "import threading, time\n"
+    f"import os, threading, time\nos.sched_setaffinity(0, {{{LAST_CPU}}})\n"
     "for _ in range(4): threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
     "t = time.time() + 30\nwhile time.time() < t: pass\n"
 )
@@ -40,6 +49,34 @@ def test_a_busy_engine_thread_is_seen():
     assert 0 <= got["host_steal_pct"] <= 100 and got["host_busy_cpus"] > 0.3
     # this process slept through the window: the client's own share is small
     assert 0 <= got["client_cpu_pct"] < 30 and got["client_preempted_per_s"] >= 0
+    # the spinning thread stayed on its one CPU, never waited by itself, and that CPU's own steal is a share
+    assert got["engine_top_thread_cpu"] == str(LAST_CPU) and got["engine_top_thread_waits_per_s"] < 5
+    assert 0 <= got["engine_top_cpu_steal_pct"] <= 100
+    if Path(f"/proc/{proc.pid}/task/{proc.pid}/sched").exists():  # kernels that keep scheduler statistics
+        assert got["engine_top_thread_migrations_per_s"] == 0
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_a_thread_moved_to_another_cpu_is_seen():
+    first, last = min(os.sched_getaffinity(0)), LAST_CPU
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SPIN.replace(f"{{{LAST_CPU}}}", f"{{{first}}}")], start_new_session=True
+    )
+    try:
+        host = HostTelemetry(proc.pid)
+        time.sleep(0.3)
+        a = host.snapshot()
+        time.sleep(0.3)
+        for tid in os.listdir(f"/proc/{proc.pid}/task"):  # every thread of it moved to the other CPU
+            os.sched_setaffinity(int(tid), {last})
+        time.sleep(0.3)
+        got = host.window(a, host.snapshot())
+    finally:
+        proc.kill()
+        proc.wait()
+    assert got["engine_top_thread_cpu"] == f"{first}>{last}"
+    if "engine_top_thread_migrations_per_s" in got:
+        assert got["engine_top_thread_migrations_per_s"] > 0
 
 
 def test_a_busy_client_is_seen():
@@ -75,3 +112,52 @@ def test_cell_reports_what_moves_with_throughput():
     # the GPU's busy share was recorded on the H200 (GpuTelemetry); it rose and fell with throughput there
     assert row["gpu_util_pct_median"] > 0 and row["gpu_util_pct_throughput_corr"] is not None
     assert "engine_cpus_median" not in row
+
+
+def _slow_states():
+    spec = importlib.util.spec_from_file_location("slow_states", ROOT / "benchmarks" / "slow_states.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_slow_states_groups_measurements_by_the_busiest_threads_cpu(tmp_path):
+    # Committed H200 measurements with a made-up CPU per measurement: those on CPU 9 were the slow ones.
+    rows = [json.loads(line) for line in (ROOT / "studies/h200-both/servers/sglang-lora-4/measurements.jsonl").open()]
+    rows = [r for r in rows if not r.get("warmup") and not r.get("n_errors")][:60]
+    meds: dict[tuple, list[float]] = {}
+    for r in rows:
+        meds.setdefault((r["condition"], r["burst"]), []).append(r["throughput_tok_s"])
+    for r in rows:
+        slow = r["throughput_tok_s"] < statistics.median(meds[(r["condition"], r["burst"])])
+        r["metrics"]["engine_top_thread_cpu"] = "9" if slow else "4"
+    rows[0]["metrics"]["engine_top_thread_cpu"] = "4>9"
+    path = tmp_path / "measurements.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lines = _slow_states().report(path)
+    i = lines.index("  busiest engine thread's CPU: measurements, median deviation from their cell's median")
+    names = [ln.split()[0] + (" " + ln.split()[1] if ln.split()[0] == "cpu" else "") for ln in lines[i + 1 : i + 4]]
+    assert names[0] == "cpu 9" and set(names[1:]) == {"cpu 4", "moved"}
+    assert float(lines[i + 1].split()[-2]) < 0
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_thread_fixed_puts_the_busiest_thread_alone_on_one_cpu_and_restores():
+    spec = importlib.util.spec_from_file_location("stability_bench", ROOT / "benchmarks" / "stability.py")
+    assert spec and spec.loader
+    stab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stab)
+    free = f"{set(os.sched_getaffinity(0))}"
+    proc = subprocess.Popen([sys.executable, "-c", SPIN.replace(f"{{{LAST_CPU}}}", free)], start_new_session=True)
+    try:
+        time.sleep(0.5)
+        tids = [int(t) for t in os.listdir(f"/proc/{proc.pid}/task")]
+        with stab.thread_fixed(proc.pid):
+            during = {tid: os.sched_getaffinity(tid) for tid in tids}
+        after = {tid: os.sched_getaffinity(tid) for tid in tids}
+    finally:
+        proc.kill()
+        proc.wait()
+    assert during[proc.pid] == {LAST_CPU}  # the spinning main thread
+    assert all(LAST_CPU not in cpus for tid, cpus in during.items() if tid != proc.pid)
+    assert all(cpus == os.sched_getaffinity(0) for cpus in after.values())

@@ -131,43 +131,69 @@ def summarize_gpu_samples(samples: list[list[str]]) -> dict[str, Any]:
 class HostTelemetry:
     """Where the host's CPU time went during each measurement window, from /proc before and after it (nothing
     is read while requests are in flight): CPU time stolen by the hypervisor, how many CPUs were busy, how many
-    CPUs' worth the engine's processes used, the engine's busiest thread (its share of one CPU and how often the
-    kernel preempted it), the load client's own CPU share and preemptions (this process), and how long a fixed
-    piece of work takes on the client's CPU at either end of the window (longer where the host runs slower or
-    that CPU is busier). An engine whose
+    CPUs' worth the engine's processes used, the engine's busiest thread (its share of one CPU, how often the
+    kernel preempted it and how often it waited by itself, which CPU it ran on at either end of the window, how
+    often the kernel moved it to another CPU, and the time stolen from the CPU it ran on), the load client's own
+    CPU share and preemptions (this process), and how long a fixed piece of work takes on the client's CPU at
+    either end of the window (longer where the host runs slower or that CPU is busier). An engine whose
     scheduler loop runs on one host thread is as fast as that thread, and a client as fast as its CPU: where
-    throughput moves between measurements while the GPU's clocks hold, these say whether the host moved."""
+    throughput moves between measurements while the GPU's clocks hold, these say whether the host moved.
+
+    The host's average steal hides one CPU's: a thread on one of 16 CPUs that loses a tenth of its time moves
+    the average by 0.6 %, so the steal of the busiest thread's own CPU is kept apart."""
 
     def __init__(self, pgid: int | None) -> None:
         self.pgid = pgid
         self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self.top: tuple[int, int] | None = None  # (pid, tid) of the last window's busiest thread
 
     @staticmethod
-    def _cpu() -> list[int]:
+    def _cpu() -> dict[str, list[int]]:
+        """The time counters of /proc/stat's ``cpu`` line (all CPUs) and of each ``cpuN`` line, by name."""
+        out: dict[str, list[int]] = {}
         try:
-            return [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+            for ln in Path("/proc/stat").read_text().splitlines():
+                if not ln.startswith("cpu"):
+                    break
+                name, *vals = ln.split()
+                out[name] = [int(x) for x in vals]
         except (OSError, ValueError):
-            return []
+            return {}
+        return out
 
-    def _threads(self) -> dict[int, tuple[str, int, int]]:
-        """Per engine thread: name, user+system ticks, involuntary context switches."""
-        out: dict[int, tuple[str, int, int]] = {}
+    def _threads(self) -> dict[int, tuple[str, int, int, int, int | None, int]]:
+        """Per engine thread: name, user+system ticks, involuntary and voluntary context switches, the CPU it
+        last ran on, and its process id."""
+        out: dict[int, tuple[str, int, int, int, int | None, int]] = {}
         for pid, tids in (group_threads(self.pgid) if self.pgid else {}).items():
             for tid in tids:
-                ticks = cpu_ticks(pid, tid)
+                stat = proc_stat(pid, tid)
                 task = Path(f"/proc/{pid}/task/{tid}")
                 try:
                     name = (task / "comm").read_text().strip()
-                    nv = next(
-                        int(ln.split()[1])
-                        for ln in (task / "status").read_text().splitlines()
-                        if ln.startswith("nonvoluntary_ctxt_switches")
+                    sw = dict(
+                        ln.split(":", 1) for ln in (task / "status").read_text().splitlines() if "ctxt_switches" in ln
                     )
-                except (OSError, ValueError, IndexError, StopIteration):
+                    nv, vol = int(sw["nonvoluntary_ctxt_switches"]), int(sw["voluntary_ctxt_switches"])
+                    ticks = int(stat[11]) + int(stat[12]) if stat else None
+                except (OSError, ValueError, IndexError, KeyError):
                     continue
+                cpu = int(stat[36]) if stat and len(stat) > 36 and stat[36].isdigit() else None
                 if ticks is not None:
-                    out[tid] = (name, ticks, nv)
+                    out[tid] = (name, ticks, nv, vol, cpu, pid)
         return out
+
+    @staticmethod
+    def _migrations(pid: int, tid: int) -> int | None:
+        """How often the kernel has moved a thread to another CPU so far (``se.nr_migrations`` of its sched file,
+        present where the kernel keeps scheduler statistics), or None."""
+        try:
+            for ln in Path(f"/proc/{pid}/task/{tid}/sched").read_text().splitlines():
+                if ln.startswith("se.nr_migrations"):
+                    return int(ln.split(":")[1])
+        except (OSError, ValueError, IndexError):
+            pass
+        return None
 
     @staticmethod
     def _client() -> tuple[float, int]:
@@ -192,10 +218,17 @@ class HostTelemetry:
         return 1000 * best
 
     def snapshot(self) -> dict[str, Any]:
+        threads = self._threads()
+        if self.top is None or self.top[1] not in threads:
+            # before the first window: the thread with the most CPU time so far is the likeliest busiest one
+            busiest = max(threads, key=lambda t: threads[t][1], default=None)
+            self.top = (threads[busiest][5], busiest) if busiest is not None else None
+        top = self.top
         return {
             "t": time.monotonic(),
             "cpu": self._cpu(),
-            "threads": self._threads(),
+            "threads": threads,
+            "top": (top[1], self._migrations(*top)) if top else None,
             "client": self._client(),
             "probe_ms": self.cpu_probe_ms(),
         }
@@ -203,9 +236,10 @@ class HostTelemetry:
     def window(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         """The window between two snapshots, summarised; empty where /proc could not be read."""
         secs = b["t"] - a["t"]
-        if secs <= 0 or not a["cpu"] or len(a["cpu"]) != len(b["cpu"]):
+        ca, cb = a["cpu"].get("cpu"), b["cpu"].get("cpu")
+        if secs <= 0 or not ca or not cb or len(ca) != len(cb):
             return {}
-        d = [y - x for x, y in zip(a["cpu"], b["cpu"], strict=True)]
+        d = [y - x for x, y in zip(ca, cb, strict=True)]
         total = sum(d[:8]) or 1  # user nice system idle iowait irq softirq steal (guest time is inside user)
         out: dict[str, Any] = {
             "host_steal_pct": round(100 * d[7] / total, 2) if len(d) > 7 else None,
@@ -216,16 +250,41 @@ class HostTelemetry:
             out["client_preempted_per_s"] = round((b["client"][1] - a["client"][1]) / secs, 1)
         if "probe_ms" in a and "probe_ms" in b:
             out["host_cpu_probe_ms"] = round((a["probe_ms"] + b["probe_ms"]) / 2, 3)
-        used = {t: (v[0], v[1] - a["threads"][t][1], v[2] - a["threads"][t][2])
+        used = {t: (v[0], v[1] - a["threads"][t][1], v[2] - a["threads"][t][2], v[3] - a["threads"][t][3])
                 for t, v in b["threads"].items() if t in a["threads"]}  # fmt: skip
         if used:
-            name, ticks, nv = max(used.values(), key=lambda v: v[1])
+            tid = max(used, key=lambda t: used[t][1])
+            name, ticks, nv, vol = used[tid]
             out.update(
                 engine_cpus=round(sum(v[1] for v in used.values()) / self.tick / secs, 2),
                 engine_top_thread=name,
                 engine_top_thread_pct=round(100 * ticks / self.tick / secs, 1),
                 engine_top_thread_preempted_per_s=round(nv / secs, 1),
+                engine_top_thread_waits_per_s=round(vol / secs, 1),
             )
+            out.update(self._top_cpu(tid, a, b, secs))
+            self.top = (b["threads"][tid][5], tid)
+        return out
+
+    def _top_cpu(self, tid: int, a: dict[str, Any], b: dict[str, Any], secs: float) -> dict[str, Any]:
+        """Where the window's busiest thread ran: its CPU at either end ("3" or "3>7"), how often the kernel
+        moved it (where the same thread was followed from the window's start), and the time stolen from the
+        CPUs it was seen on."""
+        out: dict[str, Any] = {}
+        cpus = [c for c in (a["threads"][tid][4], b["threads"][tid][4]) if c is not None]
+        if cpus:
+            out["engine_top_thread_cpu"] = ">".join(dict.fromkeys(str(c) for c in cpus))
+            stolen = []
+            for c in dict.fromkeys(cpus):
+                x, y = a["cpu"].get(f"cpu{c}"), b["cpu"].get(f"cpu{c}")
+                if x and y and len(x) > 7 and len(x) == len(y):
+                    dd = [q - p for p, q in zip(x, y, strict=True)]
+                    stolen.append(100 * dd[7] / (sum(dd[:8]) or 1))
+            if stolen:
+                out["engine_top_cpu_steal_pct"] = round(sum(stolen) / len(stolen), 2)
+        ta, tb = a.get("top"), b.get("top")
+        if ta and tb and ta[0] == tid and tb[0] == tid and ta[1] is not None and tb[1] is not None:
+            out["engine_top_thread_migrations_per_s"] = round((tb[1] - ta[1]) / secs, 1)
         return out
 
 

@@ -150,6 +150,9 @@ def summarize_cell(
         ("m_engine_cpus", "engine_cpus"),
         ("m_engine_top_thread_pct", "engine_top_thread_pct"),
         ("m_engine_top_thread_preempted_per_s", "engine_top_thread_preempted_per_s"),
+        ("m_engine_top_thread_waits_per_s", "engine_top_thread_waits_per_s"),
+        ("m_engine_top_thread_migrations_per_s", "engine_top_thread_migrations_per_s"),
+        ("m_engine_top_cpu_steal_pct", "engine_top_cpu_steal_pct"),
         ("m_client_cpu_pct", "client_cpu_pct"),
         ("m_host_cpu_probe_ms", "host_cpu_probe_ms"),
     ):
@@ -176,6 +179,9 @@ TELEMETRY_NAMES = {
     "engine_cpus": "the engine's CPU use",
     "engine_top_thread_pct": "the engine's busiest thread",
     "engine_top_thread_preempted_per_s": "preemptions of the engine's busiest thread",
+    "engine_top_thread_waits_per_s": "the engine's busiest thread waiting by itself",
+    "engine_top_thread_migrations_per_s": "moves of the engine's busiest thread between CPUs",
+    "engine_top_cpu_steal_pct": "CPU time stolen from the busiest engine thread's CPU",
     "client_cpu_pct": "the load client's CPU",
     "host_cpu_probe_ms": "the CPU probe's time",
 }
