@@ -112,6 +112,14 @@ def test_cell_reports_what_moves_with_throughput():
     # the GPU's busy share was recorded on the H200 (GpuTelemetry); it rose and fell with throughput there
     assert row["gpu_util_pct_median"] > 0 and row["gpu_util_pct_throughput_corr"] is not None
     assert "engine_cpus_median" not in row
+    # a cell that misses its target, whose engine thread kept a CPU full throughout, is said to be bound by it
+    ms["m_engine_top_thread_pct"] = [99.5, 100.2, 99.8, 100.0]
+    ms["m_engine_top_thread"] = "sglang::schedul"
+    bound = summarize_cell(ms, target_pct=0.1)
+    assert bound["engine_top_thread_pct_min"] == 99.5 and bound["engine_top_thread"] == "sglang::schedul"
+    assert "the engine's busiest thread (sglang::schedul) kept one CPU full" in bound["spread_reason"]
+    ms["m_engine_top_thread_pct"] = [99.5, 100.2, 60.0, 100.0]  # not in every measurement
+    assert "kept one CPU full" not in summarize_cell(ms, target_pct=0.1)["spread_reason"]
 
 
 def _slow_states():

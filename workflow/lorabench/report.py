@@ -17,6 +17,7 @@ from . import plots, provenance, stats
 from .io import read_json, write_json, write_text_atomic
 from .job import server_job
 from .queues import cliff_sentence
+from .summary import thread_bound
 
 log = logging.getLogger(__name__)
 # Peak memory bandwidth (bytes/s) by GPU name fragment, from vendor data sheets; used for the roofline bound.
@@ -371,9 +372,12 @@ def stability(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
         burst = [r["burst_sd_pct"] for r in rs if r.get("burst_sd_pct") is not None]
         moves = [r["spread_moves_with"] for r in rs if r.get("spread_moves_with")]
         top = max(set(moves), key=moves.count) if moves else None
+        bound = [r for r in rs if thread_bound(r)]
+        names = sorted({str(r.get("engine_top_thread")) for r in bound if r.get("engine_top_thread")})
         groups.append({
             "kind": kind, "text": text, "n": len(rs), "rows": rs,
             "moves_with": top, "moves_n": moves.count(top) if top else 0,
+            "bound_n": len(bound), "bound_threads": ", ".join(names),
             "between_text": _pct_range((min(between), max(between))) if between else "",
             "burst_text": _pct_range((min(burst), max(burst))) if burst else "",
         })  # fmt: skip
@@ -425,6 +429,10 @@ def _stability_answer(st: dict[str, Any]) -> str:
             part += f", {g['between_text']} between measurements against {g['burst_text']} from bursts"
         if g["moves_with"]:
             part += f"; in {g['moves_n']} of them throughput moves with {g['moves_with']}"
+        if g.get("bound_n"):
+            who = f" ({g['bound_threads']})" if g["bound_threads"] else ""
+            part += (f"; in {g['bound_n']} of them the engine's busiest thread{who} kept one CPU full in every "
+                     "measurement (an engine bound by one host thread)")  # fmt: skip
         out += f"; {part}"
     return out + ("" if st["groups"] else "; every cell reached it")
 

@@ -162,6 +162,13 @@ def summarize_cell(
             tp = ms.loc[series.index, "throughput_tok_s"]
             ok = len(series) >= 3 and series.std() > 0
             row[name + "_throughput_corr"] = float(series.corr(tp)) if ok else None
+    # an engine bound by one host thread: its busiest thread kept a CPU full in every measurement
+    pct = pd.to_numeric(_col(ms, "m_engine_top_thread_pct"), errors="coerce").dropna()
+    names = _col(ms, "m_engine_top_thread").dropna()
+    if len(pct):
+        row["engine_top_thread_pct_min"] = float(pct.min())
+    if len(names):
+        row["engine_top_thread"] = str(names.mode().iloc[0])
     row.update(spread_sources(clean))
     missed = row["reached_target"] is False
     row["spread_kind"], row["spread_reason"], row["spread_moves_with"] = (
@@ -185,6 +192,7 @@ TELEMETRY_NAMES = {
     "client_cpu_pct": "the load client's CPU",
     "host_cpu_probe_ms": "the CPU probe's time",
 }
+THREAD_BOUND_PCT = 95.0  # the busiest engine thread's share of one CPU, in every measurement, that binds the engine
 MIN_CORR_N = 6  # measurements before a correlation is named as a reason
 WHOLE_RANGE_BELOW = 9  # with fewer values, the 95 % interval of a median is their range (stats.MedianInterval)
 MIN_CORR = 0.6
@@ -241,7 +249,17 @@ def spread_reason(row: dict[str, Any]) -> tuple[str, str, str | None]:
         if strength >= MIN_CORR:
             moves_with = label
             why += f"; throughput moves with {label} (r = {corr:+.2f})"
+    if thread_bound(row):
+        why += (f"; the engine's busiest thread ({row.get('engine_top_thread') or 'unnamed'}) kept one CPU full in "
+                f"every measurement (at least {row['engine_top_thread_pct_min']:.0f} %): an engine bound by one host "
+                "thread, as fast as the CPU under it")  # fmt: skip
     return ("too few" if few and kind == "bursts" else kind), few + why, moves_with
+
+
+def thread_bound(row: dict[str, Any]) -> bool:
+    """Whether the engine's busiest thread used a whole CPU in every measurement of the cell (HostTelemetry)."""
+    low = row.get("engine_top_thread_pct_min")
+    return low is not None and not math.isnan(low) and low >= THREAD_BOUND_PCT
 
 
 def _engine_baselines(sdf: pd.DataFrame) -> None:
