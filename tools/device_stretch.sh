@@ -26,7 +26,7 @@ case "${1:-}" in
   start)
     cfg=${2:?config}; sdir=${3:?study dir under studies/}; stab=${4:-}
     rm -rf "$W"; mkdir -p "$W"
-    (cd "$(dirname "$0")/.." && tar --exclude=./.kit --exclude=./.kit-sglang --exclude=./results --exclude=./.git -cf - .) | tar -xf - -C "$W"
+    (cd "$(dirname "$0")/.." && tar --exclude=./.kit --exclude=./.kit-sglang --exclude='./.pieces-*' --exclude=./results --exclude=./.git -cf - .) | tar -xf - -C "$W"
     cd "$W"
     setsid nohup bash tools/device_stretch.sh _run "$cfg" "$sdir" "$stab" > "$S/driver.log" 2>&1 < /dev/null &
     echo $! > "$S/driver.pid"; echo "started $(cat $S/driver.pid)"
