@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from .adapters import lora_parameter_count
+from .engines.base import models_listed_ok
 from .io import read_json, write_json
 from .stats import fmt_num, ratio_span
 
@@ -79,7 +80,7 @@ class Context:
         self.runtime: list[dict[str, Any]] = [r for r in summary.get("runtime", []) if r.get("status") == "ok"]
         self.runtime_all: list[dict[str, Any]] = summary.get("runtime", [])
         self.prefix_all: list[dict[str, Any]] = summary.get("prefix_cache", [])
-        self.engine_scope: str | None = None  # the engine a probe's claim is about (its measure's engine)
+        self.engine_scope: str | None = None  # the engine a probe's claim is about (its measure's or scope's)
         self.model = model
         self.adapters = adapters
         self.hardware = summary.get("hardware") or "cpu"
@@ -87,6 +88,11 @@ class Context:
         self.bursts = sorted({r["burst"] for r in self.rows if r.get("burst") is not None})
         devices = [f.get("device") for f in self.facts if f.get("hardware") == "gpu" and f.get("device")]
         self.gpu_name: str = devices[0] if devices else ""
+
+    def of_engine(self, item: dict[str, Any]) -> bool:
+        """Whether a row, server's facts or side job belongs to the engine the current claim is about (every
+        one does when the claim names none)."""
+        return not self.engine_scope or item.get("engine") == self.engine_scope
 
 
 def _matches(row: dict[str, Any], sel: dict[str, Any], ignore_burst: bool = False) -> bool:
@@ -225,7 +231,8 @@ def _single(claim: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, s
     if kind == "probe" and m["probe"] == "slot_shortage_defers":
         return _slot_shortage_defers(ctx, m.get("engine"))
     if kind == "probe":
-        ctx.engine_scope = m.get("engine")
+        # a claim about one engine is judged on that engine's servers and jobs only
+        ctx.engine_scope = m.get("engine") or (claim.get("scope") or {}).get("engine")
         return _probe(m["probe"], ctx)
     if kind == "server_fact":
         return _server_fact(m["fact"], m.get("select", {}), ctx)
@@ -292,19 +299,33 @@ def _probe(name: str, ctx: Context) -> ProbeResult:
 
 
 def _runtime(ctx: Context) -> tuple[dict[str, Any] | None, str]:
-    rt = ctx.runtime[0] if ctx.runtime else None
-    return rt, str(ctx.runtime_all[0].get("status")) if ctx.runtime_all else "no runtime_load in this study"
+    """The first runtime-loading job of the claim's engine that ran, or why there is none."""
+    jobs = [r for r in ctx.runtime_all if ctx.of_engine(r)]
+    ran = [r for r in jobs if r.get("status") == "ok"]
+    if ran:
+        return ran[0], ""
+    if jobs:
+        return None, str(jobs[0].get("status"))
+    return (
+        None,
+        f"no runtime_load of {ctx.engine_scope} in this study" if ctx.engine_scope else "no runtime_load in this study",
+    )
 
 
 @probe("wrong_model_rejected", "models_listed")
 def _server_probe(ctx: Context, name: str) -> ProbeResult:
-    key = "wrong_model_rejected" if name == "wrong_model_rejected" else "models_listed_ok"
-    ok = {s: f for s, f in ctx.raw_facts.items() if f.get("status") == "ok"}
-    vals = {s: f.get("probes", {}).get(key) for s, f in ok.items()}
+    ok = {s: f for s, f in ctx.raw_facts.items() if f.get("status") == "ok" and ctx.of_engine(f)}
+    if name == "wrong_model_rejected":
+        vals = {s: f.get("probes", {}).get("wrong_model_rejected") for s, f in ok.items()}
+    else:
+        vals = {
+            s: models_listed_ok(f.get("probes", {}), list((f.get("config") or {}).get("adapters") or []))
+            for s, f in ok.items()
+        }
     if not vals:
-        return None, "no server ran", []
+        return None, f"no {ctx.engine_scope} server ran" if ctx.engine_scope else "no server ran", []
     status = {s: f.get("probes", {}).get("wrong_model_status") for s, f in ok.items()}
-    note = f"HTTP status per server: {status}" if key == "wrong_model_rejected" else f"{len(vals)} servers"
+    note = f"HTTP status per server: {status}" if name == "wrong_model_rejected" else f"{len(vals)} servers"
     return all(vals.values()), note, [f"server:{s}" for s in vals]
 
 
@@ -384,8 +405,9 @@ def _cpu_loras_refused(ctx: Context) -> ProbeResult:
 
 @probe("readiness_seconds_lora_vs_off")
 def _readiness_lora_vs_off(ctx: Context) -> ProbeResult:
-    on = [f["readiness_s"] for f in ctx.facts if f.get("lora") and f.get("readiness_s")]
-    off = [f["readiness_s"] for f in ctx.facts if f.get("lora") is False and f.get("readiness_s")]
+    facts = [f for f in ctx.facts if ctx.of_engine(f)]
+    on = [f["readiness_s"] for f in facts if f.get("lora") and f.get("readiness_s")]
+    off = [f["readiness_s"] for f in facts if f.get("lora") is False and f.get("readiness_s")]
     if not on or not off:
         return None, "needs a LoRA-on and a LoRA-off server", []
     a, b = statistics.median(on), statistics.median(off)
@@ -398,6 +420,7 @@ def _first_low(ctx: Context) -> ProbeResult:
         r
         for r in ctx.rows
         if r.get("lora")
+        and ctx.of_engine(r)
         and r.get("condition") != "base"
         and r.get("status") == "ok"
         and r.get("warmup_throughput")

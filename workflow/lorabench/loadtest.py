@@ -25,6 +25,7 @@ import aiohttp
 from . import device
 from .device import DeviceLease
 from .engines import Engine, ServerSpec, all_server_markers, get_engine
+from .engines.base import models_listed_ok
 from .harness import CpuPlan, confine_group, pin_self, plan_cpus, quiet_gc
 from .io import read_json, write_json, write_jsonl
 from .job import JobInputs, ServerJob, read_inputs
@@ -147,8 +148,8 @@ async def _probe(session: aiohttp.ClientSession, base_url: str, engine: Engine, 
     out: dict[str, Any] = {}
     out["models_listed"] = await served_models(session, base_url)
     expected = sorted({spec.served_name, *(engine.request_model(spec, a) for a in spec.adapters)})
-    out["models_expected"] = expected
-    out["models_listed_ok"] = all(m in out["models_listed"] for m in expected)
+    out["models_expected"] = expected  # the names requests use
+    out["models_listed_ok"] = models_listed_ok(out, list(spec.adapters))
     bad = CompletionRequest(
         "probe/wrong-model", "no-such-adapter", engine.request_model(spec, "no-such-adapter-x"), "hello", 4
     )

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from .engines.base import server_columns
+from .engines.base import models_listed_ok, server_columns
 from .io import read_json, read_jsonl, write_json
 from .job import RuntimeLoad
 from .runtime_load import load_result
@@ -399,7 +399,7 @@ def _fact_row(server: str, f: dict[str, Any]) -> dict[str, Any]:
         "host_rss_end_mib": f.get("host_rss_end_mib"),
         "hardware": machine.get("hardware"),
         "device": (machine.get("gpus") or [{}])[0].get("name") or machine.get("cpu"),
-        "models_listed_ok": probes.get("models_listed_ok"),
+        "models_listed_ok": models_listed_ok(probes, list((f.get("config") or {}).get("adapters") or [])),
         **{f"time_{k}": v for k, v in (f.get("timing") or {}).items()},
         "wrong_model_status": probes.get("wrong_model_status"),
     }

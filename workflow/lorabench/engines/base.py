@@ -45,6 +45,18 @@ def server_settings() -> tuple[str, ...]:
     return tuple(f.name for f in fields(ServerSettings) if f.metadata.get("setting"))
 
 
+def models_listed_ok(probes: dict[str, Any], adapters: list[str]) -> bool | None:
+    """Whether a server's ``/v1/models`` listed every adapter under its own name and the base model beside them
+    (``probes["models_listed"]``, what the server answered), which is how OpenAI-compatible servers list what
+    they serve; the name a request selects an adapter by may differ (SGLang's ``BASE:ADAPTER``). None where the
+    listing was not recorded (the probe's own verdict, where it has one)."""
+    listed = probes.get("models_listed")
+    if listed is None:
+        return probes.get("models_listed_ok")
+    names = set(listed)
+    return set(adapters) <= names and bool(names - set(adapters))
+
+
 def server_columns() -> tuple[str, ...]:
     """The server settings that are columns of the summary tables."""
     return tuple(f.name for f in fields(ServerSettings) if f.metadata.get("setting") and f.metadata["column"])
