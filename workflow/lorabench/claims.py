@@ -355,7 +355,7 @@ def _cold_slower(ctx: Context) -> ProbeResult:
             f"counts as slower above +{100 * margin:.1f}%, the resident requests' own range); warmed new "
             f"adapter {rt['warm_latency_ms_median']:.1f} ms"
         ),
-        ["runtime_load"],
+        [f"runtime_load:{rt['server']}"],
     )
 
 
@@ -364,7 +364,11 @@ def _load_seconds(ctx: Context) -> ProbeResult:
     rt, why = _loaded(ctx)
     if not rt:
         return None, why, []
-    return rt["load_s_median"], f"median of {len(rt['cycles'])} load calls (HTTP round trip)", ["runtime_load"]
+    return (
+        rt["load_s_median"],
+        f"median of {len(rt['cycles'])} load calls (HTTP round trip)",
+        [f"runtime_load:{rt['server']}"],
+    )
 
 
 @probe("prefix_cache_separate_per_adapter", "prefix_cache_reused_same_model")
@@ -399,7 +403,7 @@ def _cpu_loras_refused(ctx: Context) -> ProbeResult:
     return (
         p["refused"],
         f"max_loras {p['max_loras']}, max_cpu_loras {p['max_cpu_loras']}: {p['detail']}",
-        ["runtime_load"],
+        [f"runtime_load:{rt['server']}"],
     )
 
 
