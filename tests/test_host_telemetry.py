@@ -56,6 +56,22 @@ def test_a_busy_engine_thread_is_seen():
         assert got["engine_top_thread_migrations_per_s"] == 0
 
 
+def test_a_thread_that_sleeps_between_work_is_seen_waiting():
+    # a loop that works a little and sleeps 1 ms: hundreds of waits a second, where a spinning one has none
+    code = "import time\nt = time.time() + 10\nwhile time.time() < t:\n    sum(range(20000)); time.sleep(0.001)\n"
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        host = HostTelemetry(proc.pid)
+        time.sleep(0.3)
+        a = host.snapshot()
+        time.sleep(1.0)
+        got = host.window(a, host.snapshot())
+    finally:
+        proc.kill()
+        proc.wait()
+    assert got["engine_top_thread_waits_per_s"] > 100
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
 def test_a_thread_moved_to_another_cpu_is_seen():
     first, last = min(os.sched_getaffinity(0)), LAST_CPU
