@@ -63,6 +63,8 @@ def test_a_wide_cell_says_why_from_its_own_measurements():
     assert row["spread_reason"].startswith("whole measurements differ (±")
     assert "throughput moves with the GPU's busy share (r = +0.9" in row["spread_reason"]
     assert row["spread_moves_with"] == "the GPU's busy share"
+    # each measurement with where it was taken (server start, order), for comparisons within the job
+    assert len(row["throughput_by_time"].split()) == 14 and row["throughput_by_time"].startswith("0.")
     # eight measurements: their interval is the whole range, and the reason says so
     few = summarize_cell(ms.iloc[:8], target_pct=0.5)
     assert few["spread_reason"].startswith("only 8 measurements, so the 95 % interval is their whole range")

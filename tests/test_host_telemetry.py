@@ -187,21 +187,24 @@ def test_thread_fixed_puts_the_busiest_thread_alone_on_one_cpu_and_restores():
     assert all(cpus == os.sched_getaffinity(0) for cpus in after.values())
 
 
-def test_paired_ratios_compares_pairing_by_round_with_not_pairing(tmp_path):
+def test_paired_ratios_compares_pairing_with_not_pairing(tmp_path):
     spec = importlib.util.spec_from_file_location("paired_ratios", ROOT / "benchmarks" / "paired_ratios.py")
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    # a drift shared by both cells of each round: the paired ratio is exact, the unpaired one is not
+    # a slow drift shared by measurements taken one after the other: the paired ratio is exact, unpaired is not
     rows = []
     for rep in range(12):
         drift = 1.0 + 0.1 * (rep % 4)
-        for cond, tok in (("base", 1000.0), ("a", 800.0)):
-            rows.append({"condition": cond, "burst": 8, "rep": rep, "throughput_tok_s": tok * drift, "n_errors": 0})
+        for k, (cond, tok) in enumerate((("base", 1000.0), ("a", 800.0))):
+            row = {"condition": cond, "burst": 8, "rep": rep, "order": 2 * rep + k, "throughput_tok_s": tok * drift}
+            rows.append({**row, "n_errors": 0, "server_start": 0})
     path = tmp_path / "srv" / "measurements.jsonl"
     path.parent.mkdir()
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     c = mod.compare(*(mod.cells(path)[(k, 8)] for k in ("a", "base")))
     assert c["pairs"] == 12 and abs(c["p_ratio"] + 20) < 1e-9 and abs(c["p_hi"] - c["p_lo"]) < 1e-9
     assert c["hi"] - c["lo"] > 20  # the span of two drifting cells
-    assert mod.report(path)[-1].startswith("  median width in points: unpaired span")
+    lines = mod.report(path)
+    assert lines[-2].startswith("  median width in points: unpaired span")
+    assert lines[-1].startswith("  A/A (interleaved halves of one cell): ") and " of 2 paired" in lines[-1]

@@ -6,8 +6,9 @@ Verdicts are computed, never written by hand:
 - ``contradicted``: comparable, and the rule fails (opposite direction, or a behaviour that does not hold);
 - ``not comparable``: the run differs in hardware or model size (said plainly, with our figure for reference),
   or the claim is an external figure no run of ours measures;
-- ``inconclusive``: comparable, the median misses the claim, but the claimed figure lies inside the span the
-  95 % intervals of numerator and denominator allow (stats.ratio_span), so the data cannot tell;
+- ``inconclusive``: comparable, the median misses the claim, but the claimed figure lies inside our span
+  (stats.ratio_span: for two cells of one server job, the 95 % interval of the ratio of measurements taken close
+  together; across servers, what the 95 % intervals of numerator and denominator allow), so the data cannot tell;
 - ``not run``: the measurement the claim needs was not made here (and why).
 
 Absolute figures (tok/s, MiB, seconds, counts of graph captures) are only comparable on the hardware they were
@@ -30,17 +31,17 @@ import yaml
 from .adapters import lora_parameter_count
 from .engines.base import models_listed_ok
 from .io import read_json, write_json
-from .stats import fmt_num, ratio_span
+from .stats import fmt_num, paired_ratios, ratio_span
 
 log = logging.getLogger(__name__)
 
 VERDICTS = ("reproduced", "direction only", "inconclusive", "contradicted", "not comparable", "not run")
 ABSOLUTE_UNITS = ("tok_s", "MiB", "s", "ms")
-Span = tuple[float, float] | None  # for throughput ratios: the span the two medians' 95 % intervals allow
+Span = tuple[float, float] | None  # for throughput ratios: stats.ratio_span's (paired within one job)
 
 
 def _throughput_span(num: dict[str, Any], den: dict[str, Any]) -> Span:
-    """The span of num/den in percent that the two medians' intervals allow, or None where they have none."""
+    """The span of num/den in percent (stats.ratio_span), or None where the cells have no intervals."""
     r = ratio_span(num, den)
     return (r[1], r[2]) if r and not math.isnan(r[1]) else None
 
@@ -163,10 +164,15 @@ def _ratio(m: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, str, l
     if a is None or b is None or b == 0:
         return None, f"{m['metric']} missing", [], None
     note = "; ".join(x for x in {n1, n2} if x)
-    span: Span = None
+    value, span = 100.0 * (a / b - 1), None
     if m["metric"] == "throughput_tok_s":
-        span = _throughput_span(num, den)
-    return 100.0 * (a / b - 1), note, [_evidence(num), _evidence(den)], span
+        pairs = paired_ratios(num, den)
+        r = ratio_span(num, den)
+        if pairs and r:  # two cells of one job: the median of ratios of measurements taken close together
+            value = r[0]
+            note = "; ".join(x for x in (note, f"{len(pairs)} pairs of measurements taken close together") if x)
+        span = (r[1], r[2]) if r and not math.isnan(r[1]) else None
+    return value, note, [_evidence(num), _evidence(den)], span
 
 
 def _adapter_count(row: dict[str, Any]) -> int:
@@ -594,8 +600,8 @@ def evaluate(claims: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]
                 if c.get("unit") == "pct" and lo is not None and hi is not None and hi >= span[0] and lo <= span[1]:
                     verdict = "inconclusive"
                     why = (
-                        f"median {_fmt(value)}% misses the claim ({rule_result} by the rule), but our repetitions "
-                        f"span {span[0]:.1f}% to {span[1]:.1f}%, which includes it" + (f"; {note}" if note else "")
+                        f"median {_fmt(value)}% misses the claim ({rule_result} by the rule), but our span "
+                        f"runs from {span[0]:.1f}% to {span[1]:.1f}%, which includes it" + (f"; {note}" if note else "")
                     )
         out.append(
             {

@@ -269,7 +269,8 @@ def _span_text(lo: float | None, hi: float | None) -> str:
 
 
 def _ratio(num: dict[str, Any], den: dict[str, Any]) -> tuple[float, float, float]:
-    """Median ratio and the span the two medians' 95 % intervals allow, in percent (stats.ratio_span)."""
+    """Ratio and span in percent (stats.ratio_span: measurements paired by time within one server job, else what
+    the two medians' 95 % intervals allow)."""
     span = stats.ratio_span(num, den)
     assert span is not None
     return span
@@ -458,7 +459,7 @@ def findings(
 ) -> list[dict]:
     """What the run answers, first: the cost of enabling LoRA, of one adapter, of too few slots, of runtime
     loading, and the engine comparison. Each answer names the rows it comes from and says whether the difference
-    is beyond the span the two medians' 95 % intervals allow."""
+    is beyond our span (stats.ratio_span: paired by time within one server job)."""
     ok = [r for r in rows if r.get("status") == "ok" and r.get("throughput_median")]
     found: list[dict[str, Any] | None] = []
     st = stability(rows)

@@ -127,10 +127,66 @@ def _num(row: Any, key: str) -> float | None:
     return None if math.isnan(v) else v
 
 
+MIN_PAIRED = 6  # pairs two cells of one job need for a paired interval (the fewest whose interval covers 95 %)
+
+
+def by_time(points: list[tuple[int, int, float]]) -> str:
+    """A cell's measurement figures with where each was taken (server start, position in the job's order), as
+    ``paired_ratios`` pairs them: ``"START.ORDER:VALUE ..."``."""
+    return " ".join(f"{s}.{o}:{v:.6g}" for s, o, v in sorted(points))
+
+
+def _timed(row: Any, prefix: str) -> list[tuple[int, int, float]]:
+    raw = row.get(f"{prefix}_by_time") if hasattr(row, "get") else None
+    if not isinstance(raw, str) or not raw:
+        return []
+    try:
+        out = []
+        for item in raw.split():
+            where, value = item.split(":")
+            start, order = where.split(".")
+            out.append((int(start), int(order), float(value)))
+        return out
+    except ValueError:
+        return []
+
+
+def paired_ratios(num: Any, den: Any, prefix: str = "throughput") -> list[float]:
+    """num/den for pairs of measurements taken close together: two cells of one server job, each measurement of
+    one paired with the nearest in the job's order of the other on the same server start (closest pairs first,
+    each measurement used once). A slow spell of the host that outlasts the gap between the two slows both and
+    cancels in their ratio. Empty where the cells are of different servers or make fewer than ``MIN_PAIRED``
+    pairs."""
+    if not hasattr(num, "get") or not hasattr(den, "get"):
+        return []
+    if not num.get("server") or num.get("server") != den.get("server"):
+        return []
+    a, b = _timed(num, prefix), _timed(den, prefix)
+    gaps = sorted(
+        (abs(oa - ob), i, j) for i, (sa, oa, _) in enumerate(a) for j, (sb, ob, _) in enumerate(b) if sa == sb
+    )
+    used_a: set[int] = set()
+    used_b: set[int] = set()
+    pairs = []
+    for _, i, j in gaps:
+        if i not in used_a and j not in used_b and b[j][2]:
+            used_a.add(i)
+            used_b.add(j)
+            pairs.append(a[i][2] / b[j][2])
+    return pairs if len(pairs) >= MIN_PAIRED else []
+
+
 def ratio_span(num: Any, den: Any, prefix: str = "throughput") -> tuple[float, float, float] | None:
-    """Median ratio of two cells and the span their 95 % intervals allow (num lo / den hi .. num hi / den lo), in
-    percent; cells without intervals fall back to their range (min/max). With fewer than nine values an interval
-    is the range itself; with more, it leaves the most extreme repetitions out as the order statistics allow."""
+    """Ratio of two cells and its span, in percent. Two cells of one server job are paired
+    (``paired_ratios``): the median of their paired ratios and that median's 95 % interval. Otherwise (two
+    servers, or too few pairs) the ratio of the medians and the span their 95 % intervals allow (num lo / den hi
+    .. num hi / den lo); cells without intervals fall back to their range (min/max). With fewer than nine values
+    an interval is the range itself; with more, it leaves the most extreme values out as the order statistics
+    allow."""
+    pairs = paired_ratios(num, den, prefix)
+    if pairs:
+        iv = MedianInterval.of(pairs)
+        return 100 * (iv.median - 1), 100 * (iv.lo - 1), 100 * (iv.hi - 1)
     med_a, med_b = _num(num, f"{prefix}_median"), _num(den, f"{prefix}_median")
     if med_a is None or not med_b:
         return None

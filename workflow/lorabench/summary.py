@@ -16,7 +16,7 @@ from .engines.base import models_listed_ok, server_columns
 from .io import read_json, read_jsonl, write_json
 from .job import RuntimeLoad
 from .runtime_load import load_result
-from .stats import MedianInterval, Summary, first_stands_out, ratio_span, reached_target
+from .stats import MedianInterval, Summary, by_time, first_stands_out, ratio_span, reached_target
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +122,13 @@ def summarize_cell(
         "first_rep_deviation_pct": dev,
         "first_rep_stands_out": bool(flag),
         "values": [round(float(v), 2) for v in ms["throughput_tok_s"]],
+        # where each was taken, so that two cells of this job compare measurement by measurement (stats.ratio_span)
+        "throughput_by_time": by_time(
+            [
+                (int(s) if s == s else 0, int(o), float(v))
+                for s, o, v in zip(_col(clean, "server_start"), clean["order"], clean["throughput_tok_s"], strict=True)
+            ]
+        ),
     }
     for col in QUEUE_COLS:
         # Queue depths come from scrapes while requests are in flight: the measurements' own when the harness
