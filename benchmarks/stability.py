@@ -79,18 +79,23 @@ VARIANTS: dict[str, dict[str, Any]] = {
 DEFAULT_OFF = ("procs-apart", "long", "thread-fixed")  # asked for by name (--variants)
 
 
+def group_cpus(threads: dict[int, list[int]]) -> set[int]:
+    """The CPUs any thread of a server's group (``group_threads``) may run on."""
+    allowed: set[int] = set()
+    for tids in threads.values():
+        for tid in tids:
+            with contextlib.suppress(OSError):
+                allowed |= os.sched_getaffinity(tid)
+    return allowed
+
+
 def apart_plan(pgid: int) -> dict[int, set[int]]:
     """Per process of the server's group, its own block of the CPUs the group's threads may use: the busiest
     process gets the first block and the remainder; processes beyond the number of CPUs share the last one.
     Meant for a GPU host, where the server has many CPUs (on a CPU-only host the engine's compute threads need
     them all)."""
     threads = group_threads(pgid)
-    allowed: set[int] = set()
-    for tids in threads.values():
-        for tid in tids:
-            with contextlib.suppress(OSError):
-                allowed |= os.sched_getaffinity(tid)
-    cpus = sorted(allowed)
+    cpus = sorted(group_cpus(threads))
     procs = sorted(threads, key=lambda pid: cpu_ticks(pid) or 0, reverse=True)
     n = max(1, min(len(procs), len(cpus)))
     size = len(cpus) // n
@@ -123,11 +128,9 @@ def procs_apart(pgid: int) -> contextlib.AbstractContextManager[None]:
 
 def thread_fixed(pgid: int) -> contextlib.AbstractContextManager[None]:
     """The group's busiest thread alone on the last CPU the group may use, the other threads on the rest."""
-    tids = [(pid, tid) for pid, ts in group_threads(pgid).items() for tid in ts]
-    allowed: set[int] = set()
-    for _, tid in tids:
-        with contextlib.suppress(OSError):
-            allowed |= os.sched_getaffinity(tid)
+    threads = group_threads(pgid)
+    tids = [(pid, tid) for pid, ts in threads.items() for tid in ts]
+    allowed = group_cpus(threads)
     if len(allowed) < 2 or not tids:
         return contextlib.nullcontext()
     top = max(tids, key=lambda pt: cpu_ticks(*pt) or 0)[1]
