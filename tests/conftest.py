@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,8 +17,22 @@ FIXTURES = ROOT / "tests" / "fixtures"
 
 
 # The default study's measurement, lighter for the tests (they check behaviour, not figures; `make study` runs it
-# as configured): one server start instead of two, 6 to 8 repetitions instead of 10 to 14.
-LIGHTER = {"server_starts": 1, "repetitions": 6, "max_repetitions": 8}
+# as configured): one server start instead of two, 6 repetitions instead of 10 to 14, measurements of 2 bursts and
+# 0.3 s instead of 3 bursts and 0.6 s.
+LIGHTER = {
+    "server_starts": 1,
+    "repetitions": 6,
+    "max_repetitions": 6,
+    "bursts_per_measurement": 2,
+    "min_measurement_s": 0.3,
+}
+# Server flags of the test-made studies: no torch.compile. A study copy's compile cache starts empty (it lives in
+# the study's results/), and its first vLLM start would compile for about 50 s of the 2 cores; the default study's
+# run (the session's `study`) keeps the compile cache and reports its hits.
+EAGER = {"enforce_eager": True}
+# What a study builds before any server starts, made once per test session and copied into the studies of the
+# tests that are about servers, not builds (model, adapters, request set, engine environment record).
+INPUTS = ("model", "adapters", "workload", "envs")
 
 
 @pytest.fixture(scope="session")
@@ -29,8 +46,60 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cfg = work / "config" / "config.yaml"
     text = cfg.read_text()
     for key, value in LIGHTER.items():
-        text, n = re.subn(rf"^{key}: *\d+", f"{key}: {value}", text, count=1, flags=re.M)
+        text, n = re.subn(rf"^{key}: *[\d.]+", f"{key}: {value}", text, count=1, flags=re.M)
         assert n == 1, f"config/config.yaml has no top-level {key}"
     cfg.write_text(text)
     snakemake(work)
     return work
+
+
+@pytest.fixture(scope="session")
+def built_inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the repository in which the default study's inputs (``INPUTS``) were built by Snakemake, and
+    nothing else: the source that ``seed_inputs`` copies from."""
+    from .test_pipeline_e2e import copy_repo, snakemake
+
+    work = copy_repo(tmp_path_factory.mktemp("inputs"))
+    targets = ["results/model/manifest.json", "results/workload/requests.json", "results/envs/vllm-cpu.json"]
+    targets += [f"results/adapters/{a}.json" for a in ("a", "b", "c")]
+    snakemake(work, *targets)
+    # vLLM inspects the model's class once per cache folder (VLLM_CACHE_ROOT: the study's results/cache/ENGINE),
+    # in a subprocess that imports its model code: 15-30 s of a study's first server start here. Done once; the
+    # copies get the record. Best effort: without it the copies' first starts only take longer.
+    from lorabench.io import read_json
+
+    env = read_json(work / "results/envs/vllm-cpu.json")
+    arch = read_json(work / "results/model/manifest.json")["architectures"][0]
+    code = f"from vllm.model_executor.models.registry import ModelRegistry as R; R._try_inspect_model_cls({arch!r})"
+    subprocess.run(
+        [env["python"], "-c", code],
+        env={**os.environ, "VLLM_CACHE_ROOT": str(work / "results/cache/vllm-cpu")},
+        capture_output=True,
+        timeout=300,
+    )
+    return work
+
+
+def seed_cache(work: Path, built: Path) -> None:
+    """Copy the engine's model-inspection records (``built_inputs``) into the study copy ``work``."""
+    src = built / "results/cache/vllm-cpu/modelinfos"
+    if src.is_dir():
+        shutil.copytree(src, work / "results/cache/vllm-cpu/modelinfos", dirs_exist_ok=True)
+
+
+def seed_inputs(work: Path, built: Path) -> None:
+    """Copy the built inputs and Snakemake's records of them into the study copy ``work``, the paths inside the
+    manifests pointed at the copy (its servers read their own copy's files, and their command lines name it).
+    Snakemake then plans nothing for them where the copy's config asks for the same; where it asks for other
+    ones (a study with its own request set, say) it rebuilds those as usual."""
+    for name in INPUTS:
+        src = built / "results" / name
+        if src.is_dir():
+            shutil.copytree(src, work / "results" / name, symlinks=True, dirs_exist_ok=True)
+    for f in (work / "results").glob("*/*.json"):
+        text = f.read_text()
+        if str(built) in text:
+            f.write_text(text.replace(str(built), str(work)))
+            shutil.copystat(built / f.relative_to(work), f)  # keep the build's time: newer than its inputs
+    shutil.copytree(built / ".snakemake" / "metadata", work / ".snakemake" / "metadata", dirs_exist_ok=True)
+    seed_cache(work, built)

@@ -47,10 +47,11 @@ def test_without_finished_jobs_the_defaults_are_named_and_a_bad_engine_is_refuse
 
 
 def test_targets_list_what_a_stretch_runs_in_order_with_its_high_estimate(tmp_path):
-    # the committed study with its SGLang 4-slot job not saved yet
+    # the committed study with its SGLang 4-slot job and every vLLM job not saved yet
     left = tmp_path / "h200-both"
     shutil.copytree(ROOT / "studies/h200-both", left, ignore=shutil.ignore_patterns("report", "summary", "*.gz"))
-    shutil.rmtree(left / "servers/sglang-lora-4")
+    for job in ("servers/sglang-lora-4", "servers/vllm-lora-off", "servers/vllm-lora-2", "runtime_load/vllm-lora-2"):
+        shutil.rmtree(left / job, ignore_errors=True)
     proc = estimate("config/gpu-h200-both.yaml", "--from", "studies/h200-both", "--left", str(left), "--targets")
     assert proc.returncode == 0, proc.stderr
     rows = [line.split() for line in proc.stdout.splitlines()]

@@ -19,7 +19,7 @@ from lorabench.bundle import render_from_bundle, verify_bundle
 from lorabench.engines import all_server_markers
 from lorabench.io import read_json, read_jsonl
 
-from .conftest import ROOT
+from .conftest import EAGER, ROOT, seed_inputs
 
 pytestmark = pytest.mark.slow
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
@@ -38,16 +38,23 @@ def copy_repo(dest: Path) -> Path:
     return dest
 
 
-def run_study(dest: Path, config: str) -> Path:
-    """A copy of the checkout in ``dest`` with the study of ``config`` (config/studies/...) run to its report."""
+def run_study(dest: Path, config: str, built: Path | None = None) -> Path:
+    """A copy of the checkout in ``dest`` with the study of ``config`` (config/studies/...) run to its report;
+    where ``built`` (``conftest.built_inputs``) is given, from those inputs and with ``EAGER`` servers."""
     work = copy_repo(dest)
+    if built is not None:
+        seed_inputs(work, built)
+        cfg = yaml.safe_load((work / config).read_text())
+        for srv in cfg["servers"].values():
+            srv["args"] = {**srv.get("args", {}), **EAGER}
+        (work / config).write_text(yaml.safe_dump(cfg, sort_keys=False))
     snakemake(work, "--configfile", config, "--replace-workflow-config")
     return work
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
-        [SNAKEMAKE, "--cores", "1", "--config", f"env_root={ENV_ROOT}", *args],
+        [SNAKEMAKE, "--cores", "1", *args, "--config", f"env_root={ENV_ROOT}"],  # --config takes what follows
         cwd=workdir,
         capture_output=True,
         text=True,

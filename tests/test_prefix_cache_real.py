@@ -15,8 +15,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def prefix_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return run_study(tmp_path_factory.mktemp("prefix-cache"), "config/studies/prefix-cache-cpu.yaml")
+def prefix_study(tmp_path_factory: pytest.TempPathFactory, built_inputs: Path) -> Path:
+    return run_study(tmp_path_factory.mktemp("prefix-cache"), "config/studies/prefix-cache-cpu.yaml", built_inputs)
 
 
 def test_every_pair_measured_with_cached_tokens(prefix_study: Path):

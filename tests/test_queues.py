@@ -98,14 +98,18 @@ def test_cliff_smaller_batch_reproduces_the_claim(tmp_path):
     assert r["verdict"] == "reproduced" and r["evidence"]
 
 
-def test_cliff_overlap_is_inconclusive_and_too_few_is_not_run(tmp_path):
+def test_cliff_overlap_or_too_few_samples_is_inconclusive_and_never_sampled_is_not_run(tmp_path):
     q = _queues(tmp_path, [6.0, 6.0, 6.0], [7.0, 7.0, 7.0], jitter=1.0)  # per-measurement batches 6-8 vs 7-9
     assert q["cliffs"][0]["finding"] == "overlap"
     assert _verdict(q)["verdict"] == "inconclusive"
-    q2 = _queues(tmp_path, [2.0], [8.0], reps=2)
+    q2 = _queues(tmp_path, [2.0], [8.0], reps=2)  # scraped during the measurements, but only two of them
     assert q2["cliffs"][0]["finding"] == "too few samples"
     r = _verdict(q2)
-    assert r["verdict"] == "not run" and "harness.metrics: during" in r["why"]
+    assert r["verdict"] == "inconclusive" and "answered after them" in r["why"]
+    # only the warm-up bursts were sampled in flight (harness.metrics: between)
+    c = {**q2["cliffs"][0]}
+    c["few"] = {**c["few"], "source": "warm-up bursts"}
+    assert "set harness.metrics: during" in queues.cliff_sentence(c)
 
 
 def test_no_smaller_batch_contradicts(tmp_path):

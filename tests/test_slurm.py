@@ -21,6 +21,7 @@ import yaml
 
 from lorabench.io import read_json
 
+from .conftest import EAGER, seed_cache
 from .test_pipeline_e2e import ENV_ROOT, copy_repo
 
 pytestmark = pytest.mark.slow
@@ -151,15 +152,18 @@ def _jobs(env: dict[str, str]) -> dict[str, dict[str, str]]:
     return {f[0]: dict(zip(keys, f, strict=True)) for f in (line.split() for line in out.splitlines())}
 
 
-def test_default_study_through_slurm_to_the_report(cluster, tmp_path: Path):
+def test_default_study_through_slurm_to_the_report(cluster, tmp_path: Path, built_inputs: Path):
     work = copy_repo(tmp_path / "w")
-    # The default study's model, adapters, engine, conditions and bursts on its LoRA-off and 2-slot servers, with
-    # 3 repetitions (the whole default study is measured by the end-to-end test; here what matters is that every
-    # job goes through the cluster, and CI time is counted).
+    seed_cache(work, built_inputs)  # the engine's model-inspection record only: every build goes through the cluster
+    # The default study's model, adapters, engines and bursts on its 2-slot servers (SGLang's reported as not
+    # run), two conditions, 3 repetitions (the whole default study is measured by the end-to-end test; here what
+    # matters is that every job goes through the cluster, and CI time is counted).
     cfg = yaml.safe_load((work / "config/config.yaml").read_text())
-    cfg["servers"] = {k: v for k, v in cfg["servers"].items() if k in ("lora-off", "lora-2", "sglang-lora-2")}
+    cfg["servers"] = {k: v for k, v in cfg["servers"].items() if k in ("lora-2", "sglang-lora-2")}
+    cfg["servers"]["lora-2"].update(conditions=["base", "ab"], args={**cfg["servers"]["lora-2"]["args"], **EAGER})
     cfg.pop("runtime_load")
     cfg.update(env_root=ENV_ROOT, server_starts=1, repetitions=3, max_repetitions=3, min_measurement_s=0.2)
+    cfg.update(bursts_per_measurement=2, baseline={"server": "lora-2", "condition": "base"})
     (work / "slurm-study.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     # What a run killed hard leaves behind: a running server job and a queued environment build of this folder,
     # named by an earlier run's ID with the executor's comments. Beside them, jobs the run must leave alone: the
@@ -205,7 +209,7 @@ def test_default_study_through_slurm_to_the_report(cluster, tmp_path: Path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = read_json(work / "results/summary/summary.json")
     measured = [r for r in summary["rows"] if r["status"] == "ok"]
-    assert len(measured) == 12 and all(r["throughput_median"] > 0 for r in measured)
+    assert len(measured) == 4 and all(r["throughput_median"] > 0 for r in measured)
     assert (work / "results/report/index.html").exists() and (work / "results/bundle/cpu-default.tar.gz").exists()
     jobs = _jobs(cluster)
     ran = [j for j in jobs.values() if _same(j["workdir"], work) and j["id"] not in leftover | untouched]

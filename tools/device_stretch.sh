@@ -13,6 +13,7 @@
 # STAB_VARIANTS (default: the benchmark's own).
 # ENGINES="vllm" (engine ids of the config) restricts the stretch to those engines' server and runtime-loading
 # jobs; the report is then rebuilt from the saved jobs (tools/rebuild_study.py) instead of on the device.
+# ONLY=PATTERN (grep -E on the job targets, e.g. runtime_load) keeps only the matching jobs of that list.
 # STRETCH_MIN=M: minutes the driver may use from its start; a job whose high estimate (tools/estimate_study.py)
 # would outlast them is skipped and left for the next stretch rather than cut halfway.
 # Needs the kits of those engines staged (/tmp/vllm-site, /tmp/sglang-site) and the Snakemake wheels either
@@ -70,6 +71,7 @@ case "${1:-}" in
     skipped=0
     while read -r t need <&3; do
       [ -n "$t" ] || continue
+      if [ -n "${ONLY:-}" ] && ! grep -qE "$ONLY" <<< "$t"; then step skip "$t" "not in ONLY=$ONLY"; continue; fi
       if [ -n "${STRETCH_MIN:-}" ]; then
         left=$(( STRETCH_MIN * 60 - ($(date +%s) - T0) ))
         if [ "$need" -gt "$left" ]; then step skip "$t" "needs ${need}s, ${left}s left"; skipped=1; continue; fi

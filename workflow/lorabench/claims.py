@@ -449,7 +449,7 @@ def _first_low(ctx: Context) -> ProbeResult:
 def _slot_shortage_defers(ctx: Context, engine: str | None) -> tuple[Any, str, list[str]]:
     """With more distinct adapters than slots, are requests held back (deferred, or waiting where the engine has
     no deferral gauge) and is the running batch smaller than on enough slots, beyond both 95 % intervals?"""
-    from .queues import cliff_sentence
+    from .queues import cliff_sentence, sampled_during
 
     if ctx.queues is None:
         return None, "no queue figures in this study", []
@@ -460,7 +460,8 @@ def _slot_shortage_defers(ctx: Context, engine: str | None) -> tuple[Any, str, l
     evidence = [f"queues:{c['few']['server']}/{c['condition']}/{c['burst']}", f"queues:{c['many']['server']}"]
     text = cliff_sentence(c)
     if c["finding"] == "too few samples":
-        return None, text, []
+        # measured, but too few samples to tell (inconclusive); never sampled in flight at all: not run
+        return (Inconclusive(text), text, evidence) if sampled_during(c) else (None, text, [])
     if c["finding"] == "overlap":
         return Inconclusive(text), text, evidence
     held = (c.get("queued_few") or 0) > 0

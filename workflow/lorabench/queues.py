@@ -306,14 +306,27 @@ def _brief(c: dict[str, Any]) -> dict[str, Any]:
     return {k: c.get(k) for k in keys}
 
 
+def sampled_during(c: dict[str, Any]) -> bool:
+    """Whether both sides of a cliff comparison were scraped during their measurements (not only in warm-up)."""
+    return c["few"].get("source") == "measurements" and c["many"].get("source") == "measurements"
+
+
 def cliff_sentence(c: dict[str, Any]) -> str:
     """One plain sentence per cliff comparison, from its figures."""
     f, m = c["few"], c["many"]
     if c["finding"] == "too few samples":
-        return (
+        head = (
             f"{c['engine']}: too few measurements sampled while requests were in flight ({f['measurements_in_flight']}"
-            f" and {m['measurements_in_flight']}; three are needed) to tell; set harness.metrics: during."
+            f" and {m['measurements_in_flight']}; three are needed) to tell"
         )
+        if sampled_during(c):
+            # Scraped during the bursts, yet the scrapes saw nothing in flight: the engine's HTTP front end answered
+            # them only after the bursts (it had no CPU to spare while streaming).
+            return (
+                f"{head}: the scrapes taken during the bursts were answered after them; longer bursts, or a CPU of"
+                " its own for the engine's front end, give more."
+            )
+        return f"{head}; set harness.metrics: during."
 
     def b(x: dict[str, Any]) -> str:
         return f"{x['batch_median']:.2f} [{x['batch_lo']:.2f}, {x['batch_hi']:.2f}]"
