@@ -46,7 +46,13 @@ def _server(
             rows += _rows(f"{cond}/8/{rep}", t, pts)
             t += 10
     rows += _rows("warmup/abc/8/0", 900.0, [(3.0, 5.0, 5.0)])
-    facts = {"server": name, "engine": "vllm", "status": "ok", "config": {"lora": True, "max_loras": slots}}
+    facts = {
+        "server": name,
+        "engine": "vllm",
+        "status": "ok",
+        "config": {"lora": True, "max_loras": slots},
+        "harness": {"metrics": "during"},
+    }
     return rows, facts
 
 
@@ -106,10 +112,12 @@ def test_cliff_overlap_or_too_few_samples_is_inconclusive_and_never_sampled_is_n
     assert q2["cliffs"][0]["finding"] == "too few samples"
     r = _verdict(q2)
     assert r["verdict"] == "inconclusive" and "answered after them" in r["why"]
-    # only the warm-up bursts were sampled in flight (harness.metrics: between)
+    # scraped between bursts only (harness.metrics: between): the warm-up bursts alone were sampled in flight
     c = {**q2["cliffs"][0]}
-    c["few"] = {**c["few"], "source": "warm-up bursts"}
+    c["few"] = {**c["few"], "metrics": "between"}
     assert "set harness.metrics: during" in queues.cliff_sentence(c)
+    r = _verdict({**q2, "cliffs": [c]})
+    assert r["verdict"] == "not run" and "set harness.metrics: during" in r["why"]
 
 
 def test_no_smaller_batch_contradicts(tmp_path):

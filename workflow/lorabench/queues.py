@@ -175,6 +175,7 @@ def server_queues(
         "status": facts.get("status"),
         "lora": cfg.get("lora"),
         "max_loras": cfg.get("max_loras"),
+        "metrics": (facts.get("harness") or {}).get("metrics"),  # when the harness scraped: during, between, off
         "cells": cells,
     }
     if facts.get("status") != "ok":
@@ -280,8 +281,13 @@ def cliffs(servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "condition": cond,
                 "burst": top,
                 "distinct_adapters": f["distinct_adapters"],
-                "few": {"server": few["server"], "slots": few["max_loras"], **_brief(f)},
-                "many": {"server": many["server"], "slots": many["max_loras"], **_brief(m)},
+                "few": {"server": few["server"], "slots": few["max_loras"], "metrics": few.get("metrics"), **_brief(f)},
+                "many": {
+                    "server": many["server"],
+                    "slots": many["max_loras"],
+                    "metrics": many.get("metrics"),
+                    **_brief(m),
+                },
                 "queue_series": "deferred" if f.get("deferred_mean") is not None else "waiting",
                 "queued_few": queued,
                 "finding": finding,
@@ -307,8 +313,9 @@ def _brief(c: dict[str, Any]) -> dict[str, Any]:
 
 
 def sampled_during(c: dict[str, Any]) -> bool:
-    """Whether both sides of a cliff comparison were scraped during their measurements (not only in warm-up)."""
-    return c["few"].get("source") == "measurements" and c["many"].get("source") == "measurements"
+    """Whether the harness scraped both sides of a cliff comparison during their measurements (harness.metrics:
+    during), whatever those scrapes happened to catch in flight."""
+    return c["few"].get("metrics") == "during" and c["many"].get("metrics") == "during"
 
 
 def cliff_sentence(c: dict[str, Any]) -> str:
@@ -320,8 +327,8 @@ def cliff_sentence(c: dict[str, Any]) -> str:
             f" and {m['measurements_in_flight']}; three are needed) to tell"
         )
         if sampled_during(c):
-            # Scraped during the bursts, yet the scrapes saw nothing in flight: the engine's HTTP front end answered
-            # them only after the bursts (it had no CPU to spare while streaming).
+            # Scraped during the bursts, yet too few scrapes saw requests in flight: the engine's HTTP front end
+            # answered them only after the bursts (it had no CPU to spare while streaming).
             return (
                 f"{head}: the scrapes taken during the bursts were answered after them; longer bursts, or a CPU of"
                 " its own for the engine's front end, give more."
