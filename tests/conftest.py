@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
@@ -60,8 +61,9 @@ def built_inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from .test_pipeline_e2e import copy_repo, snakemake
 
     work = copy_repo(tmp_path_factory.mktemp("inputs"))
+    adapters = yaml.safe_load((work / "config" / "config.yaml").read_text())["adapters"]
     targets = ["results/model/manifest.json", "results/workload/requests.json", "results/envs/vllm-cpu.json"]
-    targets += [f"results/adapters/{a}.json" for a in ("a", "b", "c")]
+    targets += [f"results/adapters/{a}.json" for a in adapters]
     snakemake(work, *targets)
     # vLLM inspects the model's class once per cache folder (VLLM_CACHE_ROOT: the study's results/cache/ENGINE),
     # in a subprocess that imports its model code: 15-30 s of a study's first server start here. Done once; the

@@ -50,7 +50,7 @@ def small_study(dest: Path, built: Path, **server_overrides) -> Path:
 
 def facts(*servers: str) -> list[str]:
     """Targets for the server jobs alone: these tests are about servers, not the report after them."""
-    return [f"results/servers/{s}/facts.json" for s in servers or ("solo",)]
+    return [f"results/servers/{s}/facts.json" for s in servers]
 
 
 def run(work: Path, *args: str, **kw) -> subprocess.CompletedProcess[str]:
@@ -67,27 +67,25 @@ def wait_gone(marker: str, timeout: float = 60) -> list[str]:
     return server_processes(marker)
 
 
-def wait_for(path: Path, text: str, proc: subprocess.Popen, timeout: float = 300) -> None:
+def wait_for(path: Path | list[Path], text: str, proc: subprocess.Popen, timeout: float = 300) -> Path:
+    """The first of the files ``path`` (one, or several) to contain ``text``, while snakemake still runs."""
+    paths = path if isinstance(path, list) else [path]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if path.exists() and text in path.read_text(errors="replace"):
-            return
+        for p in paths:
+            if p.exists() and text in p.read_text(errors="replace"):
+                return p
         assert proc.poll() is None, f"snakemake ended early ({proc.returncode})"
         time.sleep(0.5)
-    raise AssertionError(f"{text!r} not in {path} after {timeout} s")
+    raise AssertionError(f"{text!r} not in {', '.join(map(str, paths))} after {timeout} s")
 
 
-def wait_ready(work: Path, servers: tuple[str, ...], proc: subprocess.Popen, timeout: float = 300) -> str:
-    """The first of ``servers`` whose job log says its server is ready."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for s in servers:
-            log = work / f"logs/server_loadtest/{s}.log"
-            if log.exists() and "server ready" in log.read_text(errors="replace"):
-                return s
-        assert proc.poll() is None, f"snakemake ended early ({proc.returncode})"
-        time.sleep(0.5)
-    raise AssertionError(f"no server of {servers} ready after {timeout} s")
+def start(work: Path, *targets: str) -> subprocess.Popen:
+    """snakemake in the background, in its own process group (the test signals it or the group)."""
+    return subprocess.Popen(
+        [SNAKEMAKE, "--cores", "1", *targets], cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
 
 
 def test_server_that_exits_fails_the_job_with_its_log_and_leaves_nothing(tmp_path: Path, built_inputs: Path):
@@ -145,15 +143,10 @@ def test_killed_job_leaves_no_server_and_the_run_resumes_one_server_at_a_time(tm
     cfg = yaml.safe_load((work / "config/config.yaml").read_text())
     cfg["servers"]["solo2"] = copy.deepcopy(cfg["servers"]["solo"])
     (work / "config/config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    proc = subprocess.Popen(
-        [SNAKEMAKE, "--cores", "1", *facts("solo", "solo2")],
-        cwd=work,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc = start(work, *facts("solo", "solo2"))
     try:
-        first = wait_ready(work, ("solo", "solo2"), proc)  # whichever job the scheduler took first
+        logs = [work / f"logs/server_loadtest/{s}.log" for s in ("solo", "solo2")]
+        first = wait_for(logs, "server ready", proc).stem  # whichever job the scheduler took first
         assert (work / f"results/servers/{first}/server.pid").exists()
         os.killpg(proc.pid, signal.SIGKILL)  # snakemake and the job script die at once, no cleanup code runs
         proc.wait(timeout=30)
@@ -176,14 +169,6 @@ def test_killed_job_leaves_no_server_and_the_run_resumes_one_server_at_a_time(tm
     (a0, a1), (b0, b1) = (_job_window(work / f"logs/server_loadtest/{s}.log") for s in ("solo", "solo2"))
     assert a1 < b0 or b1 < a0, f"server jobs overlapped: solo {a0}..{a1}, solo2 {b0}..{b1}"
     assert wait_gone(str(work), 10) == []
-
-
-def start(work: Path) -> subprocess.Popen:
-    """snakemake in the background, in its own process group (the test signals it or the group)."""
-    return subprocess.Popen(
-        [SNAKEMAKE, "--cores", "1"], cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )  # fmt: skip
 
 
 def long_study(tmp_path: Path, built: Path) -> Path:
