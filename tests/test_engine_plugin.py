@@ -66,7 +66,7 @@ def test_a_new_engine_is_one_module(tmp_path: Path):
         repetitions=3,
         max_repetitions=3,
         server_starts=1,
-        min_measurement_s=0.2,
+        max_measuring_s=5.0,
     )
     cfg.pop("runtime_load")
     (work / "toy.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))

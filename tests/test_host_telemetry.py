@@ -161,28 +161,6 @@ def test_slow_states_groups_measurements_by_the_busiest_threads_cpu(tmp_path):
     assert float(lines[i + 1].split()[-2]) < 0
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
-def test_thread_fixed_puts_the_busiest_thread_alone_on_one_cpu_and_restores():
-    spec = importlib.util.spec_from_file_location("stability_bench", ROOT / "benchmarks" / "stability.py")
-    assert spec and spec.loader
-    stab = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(stab)
-    free = f"{set(os.sched_getaffinity(0))}"
-    proc = subprocess.Popen([sys.executable, "-c", SPIN.replace(f"{{{LAST_CPU}}}", free)], start_new_session=True)
-    try:
-        time.sleep(0.5)
-        tids = [int(t) for t in os.listdir(f"/proc/{proc.pid}/task")]
-        with stab.thread_fixed(proc.pid):
-            during = {tid: os.sched_getaffinity(tid) for tid in tids}
-        after = {tid: os.sched_getaffinity(tid) for tid in tids}
-    finally:
-        proc.kill()
-        proc.wait()
-    assert during[proc.pid] == {LAST_CPU}  # the spinning main thread
-    assert all(LAST_CPU not in cpus for tid, cpus in during.items() if tid != proc.pid)
-    assert all(cpus == os.sched_getaffinity(0) for cpus in after.values())
-
-
 def test_paired_ratios_compares_pairing_with_not_pairing(tmp_path):
     spec = importlib.util.spec_from_file_location("paired_ratios", ROOT / "benchmarks" / "paired_ratios.py")
     assert spec and spec.loader

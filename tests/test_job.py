@@ -49,8 +49,8 @@ def test_a_server_edit_changes_only_that_servers_params():
 
 def test_a_study_setting_reaches_every_server():
     edited = copy.deepcopy(CFG)
-    edited["min_measurement_s"] = 2.0
-    assert all(server_job(edited, s, "cpu").min_measurement_s == 2.0 for s in CFG["servers"])
+    edited["max_measuring_s"] = 2.0
+    assert all(server_job(edited, s, "cpu").max_measuring_s == 2.0 for s in CFG["servers"])
 
 
 def test_gpu_engine_is_not_runnable_on_cpu():

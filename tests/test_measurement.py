@@ -17,6 +17,7 @@ from lorabench.engines import ServerSettings, ServerSpec, get_engine
 from lorabench.job import ServerJob
 from lorabench.loadgen.client import RequestRecord, make_session
 from lorabench.loadtest import Measurer, measurement_row
+from lorabench.measure.cycles import Cell, cycle_cells
 from lorabench.stats import MedianInterval, outliers_below, reached_target
 from lorabench.testing import start_in_process
 
@@ -126,14 +127,15 @@ SPEC = ServerSpec(
 )
 
 
-async def _measure(url: str, job: ServerJob, probe: bool = False):
+async def _measure(url: str, job: ServerJob):
+    """One warm-up and one measured burst of the non-streamed cell a/4 against the fake server."""
     async with make_session(4) as s:
         m = Measurer(job, get_engine("vllm"), SPEC, url, RSET, s)
-        if probe:
-            return m, await m.bursts("a", 4, "t", 0.2, 3, 50, "off")
-        await m.warm_up()
-        plan = [{"condition": "a", "burst": 4, "rep": 0, "order": 0}]
-        return m, await m.measure(plan[0])
+        cells = cycle_cells(job.conditions, job.bursts, job.stream)
+        m.cycle_length = len(cells)
+        await m.warm_up(cells)
+        await m.cycle_burst(Cell("a", 4, False), 0, 0)
+        return m, m.measurements[-1]
 
 
 def test_no_garbage_collection_while_measuring(url, monkeypatch):
@@ -156,32 +158,35 @@ def test_no_garbage_collection_while_measuring(url, monkeypatch):
         if phase == "start":
             starts.append(time.perf_counter())
 
-    def collections_inside(groups) -> int:
-        t0 = min(r.start_s for g in groups for r in g)
-        t1 = max(r.end_s for g in groups for r in g)
+    def collections_inside(m) -> int:
+        recs = [r for r in m.records if not r["warmup"]]
+        t0 = min(r["start_s"] for r in recs)
+        t1 = max(r["end_s"] for r in recs)
         return sum(t0 <= t <= t1 for t in starts)
 
     monkeypatch.setattr(lt, "send", send)
     gc.callbacks.append(cb)
     try:
-        _m, (groups, _) = asyncio.run(_measure(url, _measurer_job(), probe=True))
-        quiet = collections_inside(groups)
+        m, _ = asyncio.run(_measure(url, _measurer_job(stream="off")))
+        quiet = collections_inside(m)
         starts.clear()
-        _m, (groups, _) = asyncio.run(_measure(url, _measurer_job(harness={"gc": "on"}), probe=True))
-        loud = collections_inside(groups)
+        m, _ = asyncio.run(_measure(url, _measurer_job(stream="off", harness={"gc": "on"})))
+        loud = collections_inside(m)
     finally:
         gc.callbacks.remove(cb)
-    assert len(groups) >= 3 and enabled[0] is False
+    assert enabled[0] is False
     assert quiet == 0
     assert gc.isenabled()
-    assert loud > 0  # with gc "on" the same loop lets the collector run
+    assert loud > 0  # with gc "on" the same burst lets the collector run
 
 
-def test_measurement_runs_bursts_until_its_minimum_duration(url):
-    m, row = asyncio.run(_measure(url, _measurer_job(bursts_per_measurement=2, min_measurement_s=0.3)))
-    assert row["n_bursts"] >= 2 and row["burst_s"] >= 0.3
-    assert len(row["burst_tok_s"]) == row["n_bursts"]
+def test_a_burst_records_its_cycle_mode_and_front_end_share(url):
+    m, row = asyncio.run(_measure(url, _measurer_job(stream="off")))
+    assert row["n_bursts"] == 1 and row["stream"] is False and row["cycle"] == 0 and row["position"] == 0
+    assert row["schema"] == "lorabench.burst/2" and row["n_errors"] == 0 and row["completion_tokens"] == 4 * 8
     assert m.timing["warmup_s"] > 0 and m.timing["measuring_s"] == pytest.approx(row["burst_s"])
+    # non-streamed: no TTFT or inter-token latency, an end-to-end latency
+    assert row["ttft_median_ms"] != row["ttft_median_ms"] and row["latency_median_ms"] > 0
 
 
 def _measured_rows(job, url: str, monkeypatch) -> list[dict]:
@@ -196,7 +201,7 @@ def _measured_rows(job, url: str, monkeypatch) -> list[dict]:
             # No adapters to check: the canary has its own test (test_integrity.py), against the same server.
             m = Measurer(job, get_engine("vllm"), dataclasses.replace(SPEC, lora=False, adapters={}), url, RSET, s)
             m.warm_up = nothing  # type: ignore[method-assign]
-            await m.run()
+            await m.run(None)
             return [r for r in m.measurements if not r["warmup"]]
 
     with monkeypatch.context() as mp:
@@ -204,12 +209,14 @@ def _measured_rows(job, url: str, monkeypatch) -> list[dict]:
         return asyncio.run(run())
 
 
-def test_adaptive_repetitions_stop_at_target_or_maximum(url, monkeypatch):
+def test_cycles_stop_at_target_or_maximum(url, monkeypatch):
     loose = _measured_rows(_measurer_job(repetitions=2, max_repetitions=9, target_ci_pct=1000.0), url, monkeypatch)
     tight = _measured_rows(_measurer_job(repetitions=2, max_repetitions=7, target_ci_pct=1e-9), url, monkeypatch)
-    assert len(loose) == 6  # the first count with a true 95 % interval
-    assert len(tight) == 7  # never within target: stops at the maximum
-    assert [r["rep"] for r in tight] == list(range(7))
+    # one condition (no comparison): its cell's own interval decides; stream both: two bursts a cycle
+    assert len(loose) == 2 * 6  # the first count with a true 95 % interval
+    assert len(tight) == 2 * 7  # never within target: stops at the maximum
+    assert sorted({r["cycle"] for r in tight}) == list(range(7))
+    assert [r["stream"] for r in tight[:4]] == [False, True, True, False]  # rotated by one place each cycle
 
 
 def test_a_cell_that_keeps_failing_still_stops_at_the_maximum(monkeypatch):
@@ -219,4 +226,4 @@ def test_a_cell_that_keeps_failing_still_stops_at_the_maximum(monkeypatch):
         rows = _measured_rows(job, f"http://127.0.0.1:{port}", monkeypatch)
     finally:
         proc.kill()
-    assert len(rows) == 4 and all(r["n_errors"] == r["n_requests"] for r in rows)
+    assert len(rows) == 2 * 4 and all(r["n_errors"] == r["n_requests"] for r in rows)

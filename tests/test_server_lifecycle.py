@@ -42,7 +42,7 @@ def small_study(dest: Path, built: Path, **server_overrides) -> Path:
     }
     del cfg["engines"]["sglang-gpu"]
     cfg.pop("runtime_load")
-    cfg.update(bursts=[2], repetitions=3, max_repetitions=3, server_starts=1, min_measurement_s=0.3)
+    cfg.update(bursts=[2], repetitions=3, max_repetitions=3, server_starts=1, max_measuring_s=10)
     cfg.update(baseline={"server": "solo", "condition": "base"}, env_root=ENV_ROOT)
     (work / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     return work

@@ -162,8 +162,8 @@ def test_default_study_through_slurm_to_the_report(cluster, tmp_path: Path, buil
     cfg["servers"] = {k: v for k, v in cfg["servers"].items() if k in ("lora-2", "sglang-lora-2")}
     cfg["servers"]["lora-2"].update(conditions=["base", "ab"], args={**cfg["servers"]["lora-2"]["args"], **EAGER})
     cfg.pop("runtime_load")
-    cfg.update(env_root=ENV_ROOT, server_starts=1, repetitions=3, max_repetitions=3, min_measurement_s=0.2)
-    cfg.update(bursts_per_measurement=2, baseline={"server": "lora-2", "condition": "base"})
+    cfg.update(env_root=ENV_ROOT, server_starts=1, repetitions=3, max_repetitions=3, max_measuring_s=10)
+    cfg.update(baseline={"server": "lora-2", "condition": "base"})
     (work / "slurm-study.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     # What a run killed hard leaves behind: a running server job and a queued environment build of this folder,
     # named by an earlier run's ID with the executor's comments. Beside them, jobs the run must leave alone: the

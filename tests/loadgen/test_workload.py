@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from lorabench.loadgen.workload import build_request_set, measurement_plan
+from lorabench.loadgen.workload import build_request_set
 
 WL = {"seed": 7, "prompt": "p", "max_tokens": 8, "temperature": 0.0, "ignore_eos": True}
 
@@ -28,13 +28,3 @@ def test_weighted_and_zipf_are_seeded():
     assert z["x0"] > z["x10"]
     assert rs == build_request_set(WL, conds, [400])
     assert build_request_set({**WL, "seed": 8}, conds, [400]) != rs
-
-
-def test_plan_is_shuffled_complete_and_reps_in_time_order():
-    plan = measurement_plan(["a", "b"], [4, 8], 5, seed=1)
-    assert len(plan) == 20
-    assert Counter((p["condition"], p["burst"]) for p in plan) == {(c, b): 5 for c in "ab" for b in (4, 8)}
-    assert plan != measurement_plan(["a", "b"], [4, 8], 5, seed=2)
-    for cell in {(p["condition"], p["burst"]) for p in plan}:
-        reps = [p["rep"] for p in plan if (p["condition"], p["burst"]) == cell]
-        assert reps == sorted(reps) == list(range(5))

@@ -56,16 +56,18 @@ class ServerJob:
     engine_version: str = ""
     adapters: list[str] = field(default_factory=list)  # loaded at start, by name
     conditions: list[str] = field(default_factory=list)
+    reference: str = ""  # the condition the others are compared with, paired per cycle (empty: the first)
     bursts: list[int] = field(default_factory=list)
-    repetitions: int = study(default=1)  # at least this many measurements per cell
-    max_repetitions: int = study(default=0)  # adaptive repetitions up to this many (0: exactly ``repetitions``)
-    target_ci_pct: float = study(default=2.0)  # ... until the 95 % interval of the cell's median is within ± this
-    bursts_per_measurement: int = study(default=1)  # at least this many bursts per measurement
-    min_measurement_s: float = study(default=0.0)  # bursts repeated until their summed wall time reaches this
-    max_bursts_per_measurement: int = study(default=1000)
+    repetitions: int = study(default=10)  # at least this many cycles (one burst of every cell each)
+    max_repetitions: int = study(default=0)  # cycles go on up to this many until the targets are met (0: exactly
+    # ``repetitions``)
+    target_points: float = study(default=3.0)  # ... until every paired comparison's 95 % interval is within ± this
+    target_ci_pct: float = study(default=3.0)  # ... and, on a server without comparisons, every cell's interval
+    max_measuring_s: float = study(default=600.0)  # ... or this many seconds of bursts
+    stream: str = study(default="both")  # throughput from non-streamed bursts, TTFT/ITL from streamed ones
     warmup_bursts: int = study(default=1)
-    outlier_fraction: float = study(default=0.75)  # bursts below this x their measurement's median count as slow
-    server_starts: int = study(default=1)  # the server starts this many times in turn, repetitions spread over them
+    outlier_fraction: float = study(default=0.75)  # bursts below this x their cell's median count as slow
+    server_starts: int = study(default=1)  # the server starts this many times in turn, cycles spread over them
     request_timeout_s: float = study(default=300.0)
     readiness_timeout_s: float = study(default=600.0)
     metrics_interval_s: float = study(default=0.5)
@@ -111,18 +113,20 @@ class ServerJob:
             **{k: getattr(self.server, k) for k in server_settings()},
             "adapters": sorted(self.adapters),
             "conditions": list(self.conditions),
+            "reference": self.reference or (self.conditions[0] if self.conditions else ""),
             "bursts": sorted(self.bursts),
         }
 
     def measurement_facts(self) -> dict[str, Any]:
         """How the job measures, as its facts record it (``facts.json`` ``measurement``)."""
         return {
-            "min_repetitions": self.repetitions,
-            "max_repetitions": self.max_repetitions,
+            "method": "cycles",
+            "min_cycles": self.repetitions,
+            "max_cycles": self.max_repetitions,
+            "target_points": self.target_points,
             "target_ci_pct": self.target_ci_pct,
-            "min_measurement_s": self.min_measurement_s,
-            "min_bursts": self.bursts_per_measurement,
-            "max_bursts": self.max_bursts_per_measurement,
+            "max_measuring_s": self.max_measuring_s,
+            "stream": self.stream,
             "outlier_fraction": self.outlier_fraction,
             "server_starts": self.server_starts,
         }
@@ -154,6 +158,13 @@ def study_settings() -> tuple[str, ...]:
 def engine_runnable(config: dict[str, Any], engine_id: str, hardware: str) -> bool:
     """Whether the engine can run on this machine (``requires_gpu`` engines need a GPU)."""
     return hardware == "gpu" or not config["engines"][engine_id].get("requires_gpu", False)
+
+
+def reference_condition(config: dict[str, Any], conditions: list[str]) -> str:
+    """The condition a server's others are compared with: the study baseline's condition where the server
+    measures it, else its first condition."""
+    base = (config.get("baseline") or {}).get("condition")
+    return base if base in conditions else conditions[0]
 
 
 def server_job(
@@ -198,6 +209,7 @@ def server_job(
         engine_version=eng["version"],
         adapters=adapters,
         conditions=list(srv["conditions"]),
+        reference=reference_condition(config, list(srv["conditions"])),
         bursts=sorted(config["bursts"]),
         shuffle_seed=config["workload"]["seed"],
         hardware=hardware,

@@ -10,9 +10,10 @@ file atomically, so an interrupted job never leaves results that look complete.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
-import random
+import os
 import statistics
 import time
 from collections.abc import Callable, Coroutine
@@ -30,13 +31,19 @@ from .harness import CpuPlan, confine_group, pin_self, plan_cpus, quiet_gc
 from .io import read_json, write_json, write_jsonl
 from .job import JobInputs, ServerJob, read_inputs
 from .loadgen.client import CompletionRequest, RequestRecord, make_session, run_burst, run_concurrency
-from .loadgen.workload import measurement_plan, set_key
+from .loadgen.workload import set_key
+from .measure.cycles import Cell, Progress, Targets, cycle_cells, cycles_per_start, run_cycles
 from .metrics import MetricsSampler, summarize_samples
-from .resources import GpuTelemetry, HostTelemetry, gpu_memory, group_rss_mib, machine_facts
+from .nvml import GpuBusy, gpu_busy_for
+from .resources import GpuTelemetry, HostTelemetry, gpu_memory, group_rss_mib, machine_facts, proc_stat
 from .server import ManagedServer, ServerStartError, free_port, study_api_key, terminate_on_signals
-from .stats import MedianInterval, outliers_below, reached_target
+from .stats import outliers_below
 
 log = logging.getLogger(__name__)
+
+# Every row of measurements.jsonl is one burst (method v2): its cell, cycle and place in the cycle, its figures.
+BURST_SCHEMA = "lorabench.burst/2"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def requests_of(
@@ -59,10 +66,16 @@ def requests_of(
 
 
 def _requests_for(
-    engine: Engine, spec: ServerSpec, rset: dict[str, Any], condition: str, burst: int, tag: str
+    engine: Engine, spec: ServerSpec, rset: dict[str, Any], cell: Cell, tag: str
 ) -> list[CompletionRequest]:
-    rows = rset["sets"][set_key(condition, burst)]
-    return requests_of(engine, spec, rset, [r["adapter"] for r in rows], tag, [r["request_id"] for r in rows])
+    rows = rset["sets"][set_key(cell.condition, cell.burst)]
+    reqs = requests_of(engine, spec, rset, [r["adapter"] for r in rows], tag, [r["request_id"] for r in rows])
+    return reqs if cell.stream else [dataclasses.replace(r, stream=False) for r in reqs]
+
+
+def cell_id(cell: Cell) -> str:
+    """``CONDITION/BURST/s`` (streamed) or ``.../n`` (not): a cell's name in measurement ids and logs."""
+    return f"{cell.condition}/{cell.burst}/{'s' if cell.stream else 'n'}"
 
 
 def _median_ms(values: list[float]) -> float:
@@ -246,11 +259,13 @@ async def send(
     )
 
 
-def _row_base(spec: ServerSpec, cond: str, burst: int, rep: int, order: int, warmup: bool, mid: str) -> dict[str, Any]:
+def _row_base(spec: ServerSpec, cell: Cell, rep: int, order: int, warmup: bool, mid: str) -> dict[str, Any]:
     return {
+        "schema": BURST_SCHEMA,
         "server": spec.server_id,
-        "condition": cond,
-        "burst": burst,
+        "condition": cell.condition,
+        "burst": cell.burst,
+        "stream": cell.stream,
         "rep": rep,
         "order": order,
         "warmup": warmup,
@@ -260,8 +275,9 @@ def _row_base(spec: ServerSpec, cond: str, burst: int, rep: int, order: int, war
 
 @dataclass
 class Measurer:
-    """The measuring part of a server job, on a ready server: warm-up, the shuffled plan, adaptive extra
-    repetitions, and where the time went."""
+    """The measuring part of a server job, on a ready server: the canary, the warm-up, the cycles of method v2
+    (``measure.cycles``: the loop and its stop rule live there; this object runs one burst), the probes, and
+    where the time went."""
 
     job: ServerJob
     engine: Engine
@@ -276,11 +292,18 @@ class Measurer:
     timing: dict[str, float] = field(default_factory=lambda: {"warmup_s": 0.0, "measuring_s": 0.0, "between_s": 0.0})
     server_exit: Callable[[], int | None] = lambda: None  # the server's exit code once it has died
     instance: int = 0  # which of the job's server starts is serving (see ServerJob.server_starts)
-    telemetry: GpuTelemetry | None = None  # the GPU's clocks and power, summarised per measurement
-    host: HostTelemetry | None = None  # the host's and the engine's CPU time, per measurement
-    values: dict[tuple[str, int], list[float]] = field(default_factory=dict)
-    reps: dict[tuple[str, int], int] = field(default_factory=dict)
-    done: int = 0
+    telemetry: GpuTelemetry | None = None  # the GPU's clocks and power, summarised per burst
+    host: HostTelemetry | None = None  # the host's, the engine's and its front end's CPU time, per burst
+    busy: GpuBusy | None = None  # the GPU's busy share per burst (NVML)
+    progress: Progress = field(init=False)  # the cycles so far, over every server start of the job
+    order: int = 0  # measured bursts so far: each burst's place in the job's order
+    cycle_length: int = 0  # bursts per cycle
+    _cycle_start: dict[str, Any] | None = None  # the host's counters at the start of the cycle under way
+    _cycle_rows: list[dict[str, Any]] = field(default_factory=list)  # the rows of the cycle under way
+
+    def __post_init__(self) -> None:
+        job = self.job
+        self.progress = Progress(job.reference or job.conditions[0], list(job.conditions), list(job.bursts))
 
     def _check_server(self, where: str) -> None:
         code = self.server_exit()
@@ -297,152 +320,117 @@ class Measurer:
             self.job.metrics_interval_s,
         )
 
-    async def bursts(
-        self, cond: str, burst: int, tag: str, min_s: float, min_n: int, max_n: int, metrics: str
-    ) -> tuple[list[list[RequestRecord]], list[dict[str, Any]]]:
-        """Consecutive bursts of one cell until at least ``min_n`` bursts and ``min_s`` seconds of bursts (at
-        most ``max_n``), with the garbage collector quiet throughout and metrics scraped as ``metrics`` says."""
+    async def one_burst(self, cell: Cell, tag: str, metrics: str) -> tuple[list[RequestRecord], list[dict[str, Any]]]:
+        """One burst of a cell, with the garbage collector quiet throughout and metrics scraped as ``metrics``
+        says (``during``: while in flight; ``between``: once, after it)."""
         sampler = self._sampler()
-        groups: list[list[RequestRecord]] = []
-        busy = 0.0
         with quiet_gc(self.job.harness["gc"]):
             if metrics == "during":
                 sampler.start()
-            while len(groups) < min_n or (busy < min_s and len(groups) < max_n):
-                reqs = _requests_for(self.engine, self.spec, self.rset, cond, burst, f"{tag}/{len(groups)}")
-                recs = await send(self.session, self.base_url, reqs, self.job)
-                groups.append(recs)
-                busy += _burst_figures(recs)[0]
-                if metrics == "between":
-                    await sampler.scrape_once()
+            reqs = _requests_for(self.engine, self.spec, self.rset, cell, tag)
+            recs = await send(self.session, self.base_url, reqs, self.job)
+            if metrics == "between":
+                await sampler.scrape_once()
             samples = await sampler.stop()
-        return groups, samples
+        return recs, samples
 
-    async def warm_up(self) -> None:
-        """Every condition x burst, recorded, flagged, excluded from statistics; scraped while in flight, so queue
-        depths are seen for every condition whatever the measurements do."""
+    async def warm_up(self, cells: list[Cell]) -> None:
+        """Every cell, recorded, flagged, excluded from statistics; scraped while in flight, so queue depths are
+        seen for every condition whatever the measurements do."""
         t0 = time.monotonic()
-        for cond in self.job.conditions:
-            for burst in sorted(self.job.bursts):
-                for w in range(self.job.warmup_bursts):
-                    mid = f"warmup/{cond}/{burst}/{w}" + (f"/start{self.instance}" if self.instance else "")
-                    metrics = "off" if self.job.harness["metrics"] == "off" else "during"
-                    groups, samples = await self.bursts(cond, burst, f"warmup{w}", 0.0, 1, 1, metrics)
-                    self._keep(groups, samples, _row_base(self.spec, cond, burst, -1 - w, -1, True, mid))
-                    row = self.measurements[-1]
-                    log.info(
-                        "warm-up %-10s burst %3d: %8.1f tok/s, %d errors",
-                        cond,
-                        burst,
-                        row["throughput_tok_s"],
-                        row["n_errors"],
-                    )
+        for cell in cells:
+            for w in range(self.job.warmup_bursts):
+                mid = f"warmup/{cell_id(cell)}/{w}" + (f"/start{self.instance}" if self.instance else "")
+                metrics = "off" if self.job.harness["metrics"] == "off" else "during"
+                recs, samples = await self.one_burst(cell, f"warmup{w}", metrics)
+                row = self._keep(recs, samples, _row_base(self.spec, cell, -1 - w, -1, True, mid))
+                log.info("warm-up %-24s: %8.1f tok/s, %d errors", cell_id(cell), row["throughput_tok_s"],
+                         row["n_errors"])  # fmt: skip
         self.timing["warmup_s"] += time.monotonic() - t0
 
-    def _keep(self, groups: list[list[RequestRecord]], samples: list[dict[str, Any]], base: dict[str, Any]) -> None:
+    def _keep(self, recs: list[RequestRecord], samples: list[dict[str, Any]], base: dict[str, Any]) -> dict[str, Any]:
         base = {**base, "server_start": self.instance}
-        row = measurement_row(groups, base, self.job.outlier_fraction)
+        row = measurement_row([recs], base, self.job.outlier_fraction)
         row["metrics"] = summarize_samples(samples, self.engine)
         self.measurements.append(row)
-        for k, recs in enumerate(groups):
-            self.records += [{**r.to_row(), **base, "burst_index": k} for r in recs]
+        self.records += [{**r.to_row(), **base, "burst_index": 0} for r in recs]
         self.metric_rows += [{**s, "measurement_id": base["measurement_id"]} for s in samples]
-
-    async def measure(self, cell: dict[str, Any]) -> dict[str, Any]:
-        cond, burst, rep = cell["condition"], cell["burst"], cell["rep"]
-        mid = f"{cond}/{burst}/{rep}"
-        job = self.job
-        t0, w0 = time.monotonic(), time.time()
-        h0 = self.host.snapshot() if self.host is not None else None
-        groups, samples = await self.bursts(
-            cond,
-            burst,
-            mid,
-            job.min_measurement_s,
-            job.bursts_per_measurement,
-            job.max_bursts_per_measurement,
-            job.harness["metrics"],
-        )
-        self._check_server(f"measurement {mid}")
-        self._keep(groups, samples, _row_base(self.spec, cond, burst, rep, cell["order"], False, mid))
-        row = self.measurements[-1]
-        if self.telemetry is not None:
-            row["metrics"].update(self.telemetry.window(w0, time.time()))
-        if self.host is not None and h0 is not None:
-            row["metrics"].update(self.host.window(h0, self.host.snapshot()))
-        self.timing["measuring_s"] += row["burst_s"]
-        self.timing["between_s"] += time.monotonic() - t0 - row["burst_s"]
-        for g in gpu_memory() or []:  # between measurements: never while requests are in flight
-            self.gpu_peak[g["index"]] = max(self.gpu_peak.get(g["index"], 0), g["used_mib"])
         return row
 
-    def _pending(self) -> list[tuple[str, int]]:
-        """Cells that get another round: not within target yet and fewer measurements than the maximum (counted
-        with the measurements that had errors, so a cell that keeps failing still stops)."""
-        job = self.job
-        return [
-            key
-            for key, vals in sorted(self.values.items())
-            if self.reps[key] < job.max_repetitions and not reached_target(vals, job.target_ci_pct, job.repetitions)
-        ]
+    async def cycle_burst(self, cell: Cell, cycle: int, position: int) -> tuple[float, float]:
+        """One measured burst of a cycle (``cycles.BurstFn``): the burst, then what it cost the engine's HTTP front
+        end (its share of one CPU) and the GPU's busy share over it (NVML) and clocks; the host's state (engine
+        threads, stolen time, the CPU probe) is read once a cycle, over the whole cycle, and given to each of its
+        bursts, so the work between bursts stays small. Returns the burst's throughput and wall time."""
+        mid = f"{cell_id(cell)}/{cycle}"
+        t0, w0 = time.monotonic(), time.time()
+        if position == 0 and self.host is not None:
+            self._cycle_start = self.host.snapshot(probe=True)
+            self._cycle_rows = []
+        fe0 = self._front_end_ticks()
+        recs, samples = await self.one_burst(cell, mid, self.job.harness["metrics"])
+        w1 = time.time()
+        fe1 = self._front_end_ticks()
+        self._check_server(f"burst {mid}")
+        base = _row_base(self.spec, cell, cycle, self.order, False, mid)
+        row = self._keep(recs, samples, {**base, "cycle": cycle, "position": position})
+        self.order += 1
+        if fe0 is not None and fe1 is not None and w1 > w0:
+            row["metrics"]["front_end_cpu"] = round((fe1 - fe0) / CLOCK_TICKS / (w1 - w0), 3)
+        if self.telemetry is not None:
+            row["metrics"].update(self.telemetry.window(w0, w1))
+        if self.busy is not None:
+            row["metrics"]["gpu_busy_pct"] = self.busy.share(w0, w1)
+        self._cycle_rows.append(row)
+        if position == self.cycle_length - 1 and self.host is not None and self._cycle_start is not None:
+            host = self.host.window(self._cycle_start, self.host.snapshot(probe=True))
+            for r in self._cycle_rows:
+                r["metrics"].update(host)
+            for g in gpu_memory() or []:  # between bursts, once a cycle
+                self.gpu_peak[g["index"]] = max(self.gpu_peak.get(g["index"], 0), g["used_mib"])
+        self.timing["measuring_s"] += row["burst_s"]
+        self.timing["between_s"] += time.monotonic() - t0 - row["burst_s"]
+        ok = row["n_errors"] == 0
+        return (row["throughput_tok_s"] if ok else float("nan")), row["burst_s"]
 
-    async def run(self, starts: int = 1) -> dict[str, Any]:
-        """Measure on the server now serving, start ``self.instance`` of ``starts``: the canary, the warm-up, this
-        start's share of the shuffled first rounds (repetition r on start r mod ``starts``), and on the last start
-        the adaptive extra rounds."""
+    def _front_end_ticks(self) -> int | None:
+        """CPU ticks (user + system, all threads) of the server's group leader: the engine's HTTP front end."""
+        stat = proc_stat(self.host.pgid) if self.host is not None and self.host.pgid else None
+        try:
+            return int(stat[11]) + int(stat[12]) if stat else None
+        except (IndexError, ValueError):
+            return None
+
+    async def run(self, until_cycle: int | None) -> dict[str, Any]:
+        """Measure on the server now serving (start ``self.instance``): the canary, the warm-up, then cycles
+        until ``until_cycle`` (an earlier start's share) or, on the last start, until the stop rule says so."""
         job = self.job
         checked = None
         if self.spec.lora and self.spec.adapters:
             checked = await canary(self.session, self.base_url, self.engine, self.spec, sorted(self.spec.adapters))
             log.info("canary: every adapter changes the output (%s)", ", ".join(sorted(self.spec.adapters)))
-        await self.warm_up()
-        plan = measurement_plan(job.conditions, job.bursts, job.repetitions, job.shuffle_seed)
-        plan = [c for c in plan if c["rep"] % starts == self.instance]
-        for key in ((c, b) for c in job.conditions for b in job.bursts):
-            self.values.setdefault(key, [])
-            self.reps.setdefault(key, 0)
-        t_start = time.monotonic()
-        extra_round = 0
-        while plan:
-            for cell in plan:
-                await self._measure_and_log(cell, t_start)
-            if self.instance < starts - 1:
-                break
-            extra_round += 1
-            plan = measurement_plan_extra(self._pending(), self.reps, self.done, job.shuffle_seed + extra_round)
-            if plan:
-                log.info("%d cells not yet within ±%.1f%%: one more repetition each", len(plan), job.target_ci_pct)
+        cells = cycle_cells(job.conditions, job.bursts, job.stream)
+        self.cycle_length = len(cells)
+        await self.warm_up(cells)
+        await run_cycles(self.cycle_burst, cells, self.progress, job_targets(job), self.instance, until_cycle,
+                         job.stream)  # fmt: skip
         probes = await _probe(self.session, self.base_url, self.engine, self.spec)
         probes["gpu_memory_peak_mib"] = self.gpu_peak or None
         probes["canary"] = checked
+        probes["cycles"] = {"cycles": self.progress.cycles, "stop_reason": self.progress.stop_reason,
+                            "measuring_s": round(self.progress.measuring_s, 2)}  # fmt: skip
         return probes
 
-    async def _measure_and_log(self, cell: dict[str, Any], t_start: float) -> None:
-        row = await self.measure(cell)
-        key = (cell["condition"], cell["burst"])
-        self.reps[key] += 1
-        if row["n_errors"] == 0:
-            self.values[key].append(row["throughput_tok_s"])
-        self.done += 1
-        iv = MedianInterval.of(self.values[key])
-        log.info(
-            "[%s %d] %-10s burst %3d rep %d: %8.1f tok/s (%d bursts, %d slow), ITL %.1f ms, %d errors; "
-            "cell n=%d ±%.1f%% (%.0f s so far)",
-            self.spec.server_id, self.done, cell["condition"], cell["burst"], cell["rep"], row["throughput_tok_s"],
-            row["n_bursts"], row["outlier_bursts"], row["itl_median_ms"], row["n_errors"], iv.n,
-            iv.halfwidth_pct, time.monotonic() - t_start,
-        )  # fmt: skip
 
-
-def measurement_plan_extra(
-    pending: list[tuple[str, int]], reps: dict[tuple[str, int], int], first_order: int, seed: int
-) -> list[dict[str, Any]]:
-    """One more repetition of each pending cell, in a seeded shuffled order, numbered after what was measured."""
-    cells = list(pending)
-    random.Random(seed).shuffle(cells)
-    return [
-        {"order": first_order + i, "condition": c, "burst": b, "rep": reps[(c, b)]} for i, (c, b) in enumerate(cells)
-    ]
+def job_targets(job: ServerJob) -> Targets:
+    """When a job's cycles stop (``cycles.Targets``) from its settings."""
+    return Targets(
+        min_cycles=job.repetitions,
+        max_cycles=max(job.max_repetitions, job.repetitions),
+        target_points=job.target_points,
+        target_ci_pct=job.target_ci_pct,
+        max_measuring_s=job.max_measuring_s,
+    )
 
 
 async def _measure_all(
@@ -451,9 +439,11 @@ async def _measure_all(
     spec: ServerSpec,
     srv: ManagedServer,
     rset: dict[str, Any],
-    m: Measurer | None = None,
-    instance: int = 0,
+    m: Measurer | None,
+    instance: int,
+    until_cycle: int | None,
     telemetry: GpuTelemetry | None = None,
+    busy: GpuBusy | None = None,
 ) -> tuple[Measurer, dict[str, Any]]:
     """Measure on one server start; ``m`` carries what earlier starts of the same job measured."""
     async with make_session(max(job.bursts), srv.api_key) as session:
@@ -461,8 +451,8 @@ async def _measure_all(
         if m is None:
             m = Measurer(job, engine, spec, srv.base_url, rset, session)
         m.session, m.base_url, m.server_exit, m.instance = session, srv.base_url, srv.proc.poll, instance
-        m.telemetry, m.host = telemetry, HostTelemetry(srv.proc.pid)
-        probes = await m.run(job.server_starts)
+        m.telemetry, m.host, m.busy = telemetry, HostTelemetry(srv.proc.pid), busy
+        probes = await m.run(until_cycle)
     return m, probes
 
 
@@ -577,7 +567,9 @@ def _serve_once(
     facts: dict[str, Any],
     m: Measurer | None,
     k: int,
+    until_cycle: int | None,
     telemetry: GpuTelemetry | None = None,
+    busy: GpuBusy | None = None,
 ) -> tuple[float, Measurer, float]:
     """Start ``k`` of the server: wait ready, measure its share, stop; the facts get its memory figures and
     probes. Returns (readiness, the measurer, seconds the stop took)."""
@@ -590,7 +582,7 @@ def _serve_once(
         if k == 0:
             facts["gpu_memory_ready_mib"] = gpu_memory()
             facts["host_rss_ready_mib"] = group_rss_mib(srv.proc.pid)
-        m, probes = asyncio.run(_measure_all(job, engine, spec, srv, rset, m, k, telemetry))
+        m, probes = asyncio.run(_measure_all(job, engine, spec, srv, rset, m, k, until_cycle, telemetry, busy))
         facts["host_rss_end_mib"] = group_rss_mib(srv.proc.pid)
         facts["probes"] = probes
         t_stop = time.monotonic()
@@ -613,11 +605,15 @@ def _serve_and_measure(
     ready: list[float] = []
     stop_s = 0.0
     t_job = time.monotonic()
+    busy = gpu_busy_for(lease.device)  # None on a CPU-only machine
+    until = cycles_per_start(job_targets(job), job.server_starts)
     with GpuTelemetry(lease.device, cpus=cpus.server) as telemetry:  # inactive on a CPU-only machine
         for k in range(job.server_starts):
             srv = make_server()
             facts = facts or _facts_head(job, inputs, srv, cpus, lease)
-            r, m, stopped = _serve_once(job, engine, inputs.spec, srv, rset, cpus, facts, m, k, telemetry)
+            r, m, stopped = _serve_once(
+                job, engine, inputs.spec, srv, rset, cpus, facts, m, k, until[k], telemetry, busy
+            )
             ready.append(r)
             stop_s += stopped
     assert m is not None

@@ -150,6 +150,7 @@ def render_report(
             summary.get("engine_comparison") or [],
             summary.get("prefix_cache", []),
             summary.get("facts", []),
+            summary.get("comparisons", []),
         ),
         measurement=next(
             (f["measurement"] for f in summary.get("server_facts_raw", {}).values() if f.get("measurement")),
@@ -395,6 +396,36 @@ def stability(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
+def _paired_answer(comparisons: list[dict[str, Any]]) -> str:
+    """How many comparisons within a server met their target, and the widest, with how they were paired."""
+    judged = [c for c in comparisons if c.get("within_target") is not None]
+    widths = [c for c in comparisons if c.get("halfwidth_points") is not None]
+    by = sorted({c["paired_by"] for c in comparisons})
+    text = f"{sum(bool(c['within_target']) for c in judged)} of {len(comparisons)} within their target"
+    if widths:
+        w = max(widths, key=lambda c: c["halfwidth_points"])
+        text += (f"; widest ±{w['halfwidth_points']:.1f} points ({w['server']} {w['condition']} vs {w['reference']}, "
+                 f"burst {w['burst']}, {w['pairs']} pairs)")  # fmt: skip
+    return text + f"; paired by {' and '.join(by)}"
+
+
+def _bound_answer(rows: list[dict[str, Any]]) -> str:
+    """Which cells measured the engine's front end or the host rather than the engine on its device."""
+    parts = []
+    for key, what in (("throughput_bound", "throughput"), ("latency_bound", "latencies")):
+        for kind in ("front-end-bound", "host-bound"):
+            rs = [r for r in rows if r.get(key) == kind]
+            if rs:
+                servers = sorted({r["server"] for r in rs})
+                parts.append(f"{what} of {len(rs)} of {len(rows)} cells {kind} ({', '.join(servers)})")
+    if not parts:
+        return "yes: no cell was front-end-bound or host-bound"
+    return (
+        "not everywhere: " + "; ".join(parts) + ". Front-end-bound: the engine's HTTP front end kept one CPU "
+        "busy, so the figure is its speed; host-bound: the GPU waited for the host more than a quarter of the time"
+    )
+
+
 HOST_SPEED_NOTE_PCT = 1.0  # a difference of the host CPU probe between server jobs worth a sentence
 
 
@@ -456,6 +487,7 @@ def findings(
     comparison: list[dict[str, Any]],
     prefix: list[dict[str, Any]] | None = None,
     facts: list[dict[str, Any]] | None = None,
+    comparisons: list[dict[str, Any]] | None = None,
 ) -> list[dict]:
     """What the run answers, first: the cost of enabling LoRA, of one adapter, of too few slots, of runtime
     loading, and the engine comparison. Each answer names the rows it comes from and says whether the difference
@@ -467,6 +499,12 @@ def findings(
         question = "how stable are these figures?"
         answer = _stability_answer(st) + _host_speed_answer(facts or [])
         found.append({"key": "stability", "question": question, "answer": answer})
+    if comparisons:
+        found.append({"key": "paired", "question": "how tight are the comparisons within each server?",
+                      "answer": _paired_answer(comparisons)})  # fmt: skip
+    bound = [r for r in ok if r.get("throughput_bound") or r.get("latency_bound")]
+    if bound:
+        found.append({"key": "bound", "question": "do these figures measure the engine?", "answer": _bound_answer(ok)})
     for engine in sorted({r["engine"] for r in ok}):
         eng = [r for r in ok if r["engine"] == engine]
         bursts = sorted({r["burst"] for r in eng})

@@ -136,8 +136,8 @@ def by_time(points: list[tuple[int, int, float]]) -> str:
     return " ".join(f"{s}.{o}:{v:.6g}" for s, o, v in sorted(points))
 
 
-def _timed(row: Any, prefix: str) -> list[tuple[int, int, float]]:
-    raw = row.get(f"{prefix}_by_time") if hasattr(row, "get") else None
+def _timed(row: Any, prefix: str, by: str = "time") -> list[tuple[int, int, float]]:
+    raw = row.get(f"{prefix}_by_{by}") if hasattr(row, "get") else None
     if not isinstance(raw, str) or not raw:
         return []
     try:
@@ -152,7 +152,8 @@ def _timed(row: Any, prefix: str) -> list[tuple[int, int, float]]:
 
 
 def paired_ratios(num: Any, den: Any, prefix: str = "throughput") -> list[float]:
-    """num/den for pairs of measurements taken close together: two cells of one server job, each measurement of
+    """num/den for pairs of measurements taken close together: two cells of one server job. Method v2: the bursts
+    of one cycle (``PREFIX_by_cycle``). Older studies: each measurement of
     one paired with the nearest in the job's order of the other on the same server start (closest pairs first,
     each measurement used once). A slow spell of the host that outlasts the gap between the two slows both and
     cancels in their ratio. Empty where the cells are of different servers or make fewer than ``MIN_PAIRED``
@@ -161,6 +162,11 @@ def paired_ratios(num: Any, den: Any, prefix: str = "throughput") -> list[float]
         return []
     if not num.get("server") or num.get("server") != den.get("server"):
         return []
+    ca, cb = _timed(num, prefix, "cycle"), _timed(den, prefix, "cycle")
+    if ca and cb:  # method v2: bursts of one cycle, exactly
+        by = {(s, c): v for s, c, v in cb}
+        pairs = [v / by[(s, c)] for s, c, v in ca if by.get((s, c))]
+        return pairs if len(pairs) >= MIN_PAIRED else []
     a, b = _timed(num, prefix), _timed(den, prefix)
     gaps = sorted(
         (abs(oa - ob), i, j) for i, (sa, oa, _) in enumerate(a) for j, (sb, ob, _) in enumerate(b) if sa == sb

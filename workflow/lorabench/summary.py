@@ -16,7 +16,16 @@ from .engines.base import models_listed_ok, server_columns
 from .io import read_json, read_jsonl, write_json
 from .job import RuntimeLoad
 from .runtime_load import load_result
-from .stats import MedianInterval, Summary, by_time, first_stands_out, ratio_span, reached_target
+from .stats import (
+    MedianInterval,
+    Summary,
+    by_time,
+    first_stands_out,
+    outliers_below,
+    paired_ratios,
+    ratio_span,
+    reached_target,
+)
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +36,8 @@ INT_KEYS = (
     "max_cpu_loras",
     "max_lora_rank",
     "burst",
+    "cycles",
+    "pairs",
     "throughput_n",
     "bursts_measured",
     "outlier_bursts",
@@ -76,52 +87,98 @@ def _col(df: pd.DataFrame, name: str) -> pd.Series:
     return df[name] if name in df else pd.Series([float("nan")] * len(df), index=df.index, dtype=float)
 
 
+FRONT_END_BOUND_CPU = 0.9  # the front end's share of one CPU at which a cell's figures measure the front end
+HOST_BOUND_GPU_PCT = 75.0  # the GPU's busy share under which a cell's figures measure the host, not the GPU
+
+
+def _mode_rows(ms: pd.DataFrame, streamed: bool) -> pd.DataFrame:
+    """The rows of one mode (method v2 records ``stream`` per burst); rows without it count as streamed."""
+    flag = ms["stream"].fillna(True).astype(bool) if "stream" in ms else pd.Series(True, index=ms.index)
+    return ms[flag == streamed]
+
+
+def _median_of(df: pd.DataFrame, col: str) -> float | None:
+    series = pd.to_numeric(_col(df, col), errors="coerce").dropna()
+    return float(series.median()) if len(series) else None
+
+
+def boundness(front_end_cpu: float | None, gpu_busy_pct: float | None) -> str:
+    """What a set of bursts measured, where not the engine on its device: ``front-end-bound`` (the engine's HTTP
+    front end kept one CPU at least 90 % busy), ``host-bound`` (the GPU was busy less than 75 % of the time), or
+    empty."""
+    if front_end_cpu is not None and front_end_cpu >= FRONT_END_BOUND_CPU:
+        return "front-end-bound"
+    if gpu_busy_pct is not None and gpu_busy_pct < HOST_BOUND_GPU_PCT:
+        return "host-bound"
+    return ""
+
+
 def summarize_cell(
     ms: pd.DataFrame, warm: pd.DataFrame | None = None, target_pct: float | None = None
 ) -> dict[str, Any]:
     """Statistics of one server x condition x burst from its measured (non-warm-up) rows.
 
-    The figure is the median over repetitions of each measurement's median burst (``throughput_*``), with the
-    95 % interval of that median and whether it reached ``target_pct``; the source study's definition (all
-    tokens over the bursts' wall time) is kept beside it (``throughput_total_*``)."""
+    Method v2: a row is one burst of one cycle. Throughput is read from the non-streamed bursts (the streamed ones
+    where the study streams every burst), TTFT, ITL and latency tails from the streamed ones. The figure is the
+    median over cycles, with the 95 % interval of that median and whether it reached ``target_pct``. Older
+    studies' rows (a measurement of several bursts, all streamed) are read the same way."""
     ms = ms.sort_values("order")
-    clean = ms[ms["n_errors"] == 0]
+    plain = _mode_rows(ms, False)
+    tp_rows = plain if len(plain) else ms
+    lat_rows = _mode_rows(ms, True)
+    clean = tp_rows[tp_rows["n_errors"] == 0]
+    lat_clean = lat_rows[lat_rows["n_errors"] == 0]
     values = list(clean["throughput_tok_s"])
     tp = Summary.of(values)
     iv = MedianInterval.of(values)
     total = Summary.of(list(_col(clean, "throughput_total_tok_s").dropna()))
-    flag, dev = first_stands_out(list(ms["throughput_tok_s"]))
+    flag, dev = first_stands_out(list(tp_rows["throughput_tok_s"]))
+    fe_n, fe_s = _median_of(plain, "m_front_end_cpu"), _median_of(lat_rows, "m_front_end_cpu")
+    busy_n, busy_s = _median_of(plain, "m_gpu_busy_pct"), _median_of(lat_rows, "m_gpu_busy_pct")
     row: dict[str, Any] = {
         **tp.as_dict("throughput"),
+        "throughput_from": "non-streamed bursts" if len(plain) else "streamed bursts",
         "throughput_ci_lo": iv.lo,
         "throughput_ci_hi": iv.hi,
         "throughput_ci_pct": iv.halfwidth_pct,
         "throughput_ci_coverage": iv.coverage,
+        "throughput_streamed_median": (
+            float(lat_clean["throughput_tok_s"].median()) if len(plain) and len(lat_clean) else None
+        ),
         "target_ci_pct": target_pct,
         "reached_target": None if target_pct is None else bool(reached_target(values, target_pct, 1)),
         "throughput_total_median": total.median,
         "throughput_total_spread_pct": total.spread_pct,
         "bursts_measured": int(_col(ms, "n_bursts").fillna(1).sum()),
-        "outlier_bursts": int(_col(ms, "outlier_bursts").fillna(0).sum()),
+        "outlier_bursts": len(outliers_below(values, 0.75))
+        if "cycle" in ms
+        else int(_col(ms, "outlier_bursts").fillna(0).sum()),
         "measured_s": float(_col(ms, "burst_s").fillna(0).sum()),
-        "ttft_median_ms": float(clean["ttft_median_ms"].median()) if len(clean) else float("nan"),
-        "itl_median_ms": float(clean["itl_median_ms"].median()) if len(clean) else float("nan"),
-        "latency_median_ms": float(clean["latency_median_ms"].median()) if len(clean) else float("nan"),
-        "itl_spread_pct": Summary.of(list(clean["itl_median_ms"])).spread_pct,
-        # Tails: the median over repetitions of each measurement's percentile (per request; ITL per token).
+        "cycles": int(pd.to_numeric(_col(clean, "cycle"), errors="coerce").nunique()) if "cycle" in ms else None,
+        "front_end_cpu_median": fe_n,
+        "front_end_cpu_streamed_median": fe_s,
+        "gpu_busy_pct_median": busy_n,
+        "gpu_busy_pct_streamed_median": busy_s,
+        "throughput_bound": boundness(fe_n if len(plain) else fe_s, busy_n if len(plain) else busy_s),
+        "latency_bound": boundness(fe_s, busy_s) if len(lat_rows) else "",
+        "ttft_median_ms": float(lat_clean["ttft_median_ms"].median()) if len(lat_clean) else float("nan"),
+        "itl_median_ms": float(lat_clean["itl_median_ms"].median()) if len(lat_clean) else float("nan"),
+        "latency_median_ms": float(lat_clean["latency_median_ms"].median()) if len(lat_clean) else float("nan"),
+        "itl_spread_pct": Summary.of(list(lat_clean["itl_median_ms"])).spread_pct,
+        # Tails: the median over bursts of each burst's percentile (per request; ITL per token), streamed bursts.
         **{
-            f"{n}_p{q}_ms": float(_col(clean, f"{n}_p{q}_ms").median()) if len(clean) else float("nan")
+            f"{n}_p{q}_ms": float(_col(lat_clean, f"{n}_p{q}_ms").median()) if len(lat_clean) else float("nan")
             for n in ("ttft", "itl", "latency")
             for q in (50, 90, 99)
         },
-        "measurements": len(ms),
+        "measurements": len(tp_rows),
         "measurements_with_errors": int((ms["n_errors"] > 0).sum()),
         "request_errors": int(ms["n_errors"].sum()),
         "requests": int(ms["n_requests"].sum()),
-        "first_rep_throughput": float(ms["throughput_tok_s"].iloc[0]) if len(ms) else float("nan"),
+        "first_rep_throughput": float(tp_rows["throughput_tok_s"].iloc[0]) if len(tp_rows) else float("nan"),
         "first_rep_deviation_pct": dev,
         "first_rep_stands_out": bool(flag),
-        "values": [round(float(v), 2) for v in ms["throughput_tok_s"]],
+        "values": [round(float(v), 2) for v in tp_rows["throughput_tok_s"]],
         # where each was taken, so that two cells of this job compare measurement by measurement (stats.ratio_span)
         "throughput_by_time": by_time(
             [
@@ -129,7 +186,19 @@ def summarize_cell(
                 for s, o, v in zip(_col(clean, "server_start"), clean["order"], clean["throughput_tok_s"], strict=True)
             ]
         ),
+        # method v2: the cycle each was taken in; two cells of this job pair bursts of one cycle (stats.ratio_span)
+        "throughput_by_cycle": by_time(
+            [
+                (int(s) if s == s else 0, int(c), float(v))
+                for s, c, v in zip(
+                    _col(clean, "server_start"), _col(clean, "cycle"), clean["throughput_tok_s"], strict=True
+                )
+                if c == c
+            ]
+        )
+        or None,
     }
+    ms = tp_rows
     for col in QUEUE_COLS:
         # Queue depths come from scrapes while requests are in flight: the measurements' own when the harness
         # scraped during them, else the warm-up bursts' (always scraped in flight).
@@ -323,6 +392,39 @@ def engine_comparison(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def paired_comparisons(rows: list[dict[str, Any]], facts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every comparison within a server job (method v2): each condition against the server's reference condition
+    at the same burst size, paired per cycle (stats.ratio_span), with its interval's half-width in points and
+    whether it met the job's ``target_points``. Older studies' jobs (no cycles) pair measurements by time."""
+    out = []
+    by_cell = {(r["server"], r["condition"], r["burst"]): r for r in rows if r.get("status") == "ok"}
+    for (server, cond, burst), num in sorted(by_cell.items()):
+        cfg = facts.get(server, {}).get("config") or {}
+        ref = cfg.get("reference") or (cfg.get("conditions") or [None])[0]
+        den = by_cell.get((server, ref, burst))
+        if not ref or cond == ref or den is None:
+            continue
+        span = ratio_span(num, den)
+        if span is None:
+            continue
+        pct, lo, hi = span
+        paired = bool(num.get("throughput_by_cycle") and den.get("throughput_by_cycle"))
+        n = len(paired_ratios(num, den))
+        half = max(pct - lo, hi - pct) if not (math.isnan(lo) or math.isnan(hi)) else float("nan")
+        target = (facts.get(server, {}).get("measurement") or {}).get("target_points")
+        out.append(
+            {
+                "server": server, "engine": num.get("engine"), "burst": burst, "condition": cond, "reference": ref,
+                "ratio_pct": pct, "ratio_lo_pct": lo, "ratio_hi_pct": hi, "halfwidth_points": half,
+                "pairs": n, "paired_by": "cycle" if paired else ("time" if n else "unpaired"),
+                "target_points": target,
+                "within_target": None if target is None or math.isnan(half) else bool(half <= target),
+                "bound": num.get("throughput_bound") or den.get("throughput_bound") or "",
+            }
+        )  # fmt: skip
+    return out
+
+
 def _cell_rows(facts: dict[str, dict[str, Any]], mdf: pd.DataFrame, conditions: dict[str, Any]) -> pd.DataFrame:
     """One row per server x condition x burst that the servers' configs list, with its statistics where it was
     measured (summarize_cell) and a status that says why where it was not."""
@@ -466,6 +568,7 @@ def aggregate(
             {"server": server, **row} for server, f in sorted(facts.items()) for row in (f.get("per_adapter") or [])
         ],
         "engine_comparison": engine_comparison([_record(r) for r in sdf.to_dict("records")]),
+        "comparisons": paired_comparisons([_record(r) for r in sdf.to_dict("records")], facts),
         "facts": [_record(r) for r in fdf.to_dict("records")],
         "server_facts_raw": facts,
         "runtime": runtime,

@@ -72,7 +72,12 @@ async def completions(request: web.Request) -> web.StreamResponse:
             "finish_reason": "length",
             "logprobs": {"tokens": tokens, "token_logprobs": [-0.5] * n},
         }
-        return web.json_response({"id": "cmpl-x", "object": "text_completion", "model": model, "choices": [choice]})
+        if request.app["delay"]:  # as long as the same tokens streamed would take
+            await asyncio.sleep(request.app["delay"] * n / int(request.app["batch"]))
+        usage = {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}
+        return web.json_response(
+            {"id": "cmpl-x", "object": "text_completion", "model": model, "choices": [choice], "usage": usage}
+        )
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
     batch = int(request.app["batch"])

@@ -101,18 +101,3 @@ def build_request_set(
         "bursts": sorted(bursts),
         "sets": sets,
     }
-
-
-def measurement_plan(conditions: list[str], bursts: list[int], repetitions: int, seed: int) -> list[dict[str, Any]]:
-    """Every condition x burst x repetition, in a seeded shuffled order (repetition numbers stay in order per
-    condition and burst, so "rep 0" is always the first one measured)."""
-    cells = [(c, b) for c in conditions for b in sorted(bursts) for _ in range(repetitions)]
-    rng = random.Random(seed)
-    rng.shuffle(cells)
-    seen: dict[tuple[str, int], int] = {}
-    plan = []
-    for order, (c, b) in enumerate(cells):
-        rep = seen.get((c, b), 0)
-        seen[(c, b)] = rep + 1
-        plan.append({"order": order, "condition": c, "burst": b, "rep": rep})
-    return plan

@@ -1,0 +1,95 @@
+"""Method v2's loop without a server: rotation, per-cycle pairing, and the stop rule's three exits."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+
+import pytest
+
+from lorabench.measure.cycles import Cell, Progress, Targets, cycle_cells, cycle_order, cycles_per_start, run_cycles
+from lorabench.measure.paired import PairedRatio
+from lorabench.stats import MedianInterval, by_time, paired_ratios, ratio_span
+
+
+def test_cells_and_rotation_visit_every_position_once_per_round():
+    cells = cycle_cells(["base", "a"], [8, 4], "both")
+    assert cells[:2] == [Cell("base", 4, False), Cell("base", 4, True)] and len(cells) == 8
+    positions = {c: set() for c in cells}
+    for cycle in range(len(cells)):
+        for pos, c in enumerate(cycle_order(cells, cycle)):
+            positions[c].add(pos)
+    assert all(p == set(range(len(cells))) for p in positions.values())
+    assert [c.stream for c in cycle_cells(["a"], [4], "off")] == [False]
+    with pytest.raises(ValueError, match="stream"):
+        cycle_cells(["a"], [4], "sometimes")
+
+
+def test_pairing_per_cycle_cancels_drift_that_widens_each_cell():
+    rng = random.Random(1)
+    drift = {(0, c): 0.5 + rng.random() for c in range(12)}  # the host's speed, moving by 3x between cycles
+    den = dict(drift)
+    num = {k: 0.8 * v for k, v in drift.items()}
+    p = PairedRatio.of(num, den)
+    assert p.n == 12 and p.pct == pytest.approx(-20.0) and p.halfwidth_points == pytest.approx(0.0, abs=1e-9)
+    assert p.within(0.5)
+    assert MedianInterval.of(list(den.values())).halfwidth_pct > 30  # unpaired, the cell alone is wide
+    assert not PairedRatio.of(dict(list(num.items())[:5]), den).within(100.0)  # five pairs: no true 95 % interval
+
+
+def test_summary_rows_pair_bursts_of_one_cycle_exactly():
+    num = {"server": "s", "throughput_by_cycle": by_time([(0, c, 80.0 + c) for c in range(8)])}
+    den = {"server": "s", "throughput_by_cycle": by_time([(0, c, 100.0 + 1.25 * c) for c in range(8)])}
+    assert paired_ratios(num, den) == pytest.approx([0.8] * 8)
+    pct, lo, hi = ratio_span(num, den)
+    assert (pct, lo, hi) == pytest.approx((-20.0, -20.0, -20.0))
+    other = {**den, "server": "t", "throughput_median": 100.0, "throughput_ci_lo": 90.0, "throughput_ci_hi": 110.0}
+    assert paired_ratios({**num, "throughput_median": 80.0}, other) == []  # two servers are never paired
+
+
+def _run(values, targets: Targets, conditions=("base", "a")) -> Progress:
+    """run_cycles with a burst function that returns ``values(cell, cycle)`` and lasts 0.5 s each."""
+    cells = cycle_cells(list(conditions), [4], "both")
+    progress = Progress("base", list(conditions), [4])
+    seen: list[tuple[Cell, int, int]] = []
+
+    async def burst(cell: Cell, cycle: int, pos: int) -> tuple[float, float]:
+        seen.append((cell, cycle, pos))
+        return values(cell, cycle), 0.5
+
+    asyncio.run(run_cycles(burst, cells, progress, targets, 0, None, "both"))
+    assert len(seen) == progress.cycles * len(cells)
+    return progress
+
+
+def test_cycles_stop_once_every_comparison_is_within_target():
+    drift = lambda c: 1.0 + 0.3 * math.sin(c)  # noqa: E731
+    value = lambda cell, c: (80.0 if cell.condition == "a" else 100.0) * drift(c)  # noqa: E731
+    p = _run(value, Targets(min_cycles=6, max_cycles=40, target_points=1.0, target_ci_pct=1.0, max_measuring_s=1e9))
+    assert p.cycles == 6 and p.stop_reason.startswith("every target met")
+    ((num, den, ratio),) = p.comparisons()
+    assert num == ("a", 4) and den == ("base", 4) and ratio.pct == pytest.approx(-20.0)
+
+
+def test_cycles_stop_at_their_maximum_count_or_time():
+    rng = random.Random(2)
+    noisy = lambda cell, c: 100.0 * (1 + 0.2 * rng.random())  # noqa: E731
+    p = _run(noisy, Targets(min_cycles=6, max_cycles=9, target_points=0.1, target_ci_pct=0.1, max_measuring_s=1e9))
+    assert p.cycles == 9 and p.stop_reason.startswith("max_cycles")
+    p = _run(noisy, Targets(min_cycles=6, max_cycles=99, target_points=0.1, target_ci_pct=0.1, max_measuring_s=14.0))
+    assert p.cycles == 7 and p.stop_reason.startswith("max_measuring_s")  # 4 bursts of 0.5 s a cycle
+
+
+def test_a_server_without_comparisons_stops_on_its_cells_own_interval():
+    flat = lambda cell, c: 100.0  # noqa: E731
+    p = _run(
+        flat, Targets(min_cycles=3, max_cycles=40, target_points=0.1, target_ci_pct=1.0, max_measuring_s=1e9), ("base",)
+    )
+    assert p.comparisons() == [] and p.cycles == 6  # six values: the fewest with a true 95 % interval
+
+
+def test_earlier_server_starts_share_the_minimum_cycles():
+    t = Targets(min_cycles=10, max_cycles=40, target_points=1.0, target_ci_pct=1.0, max_measuring_s=60)
+    assert cycles_per_start(t, 1) == [None]
+    assert cycles_per_start(t, 3) == [4, 8, None]

@@ -1,0 +1,171 @@
+"""Method v2: a server job measures in cycles of interleaved bursts.
+
+A cell is condition x burst size x streamed or not. A cycle is one burst of every cell of the server, in an order
+rotated by one place each cycle (so each cell takes every position equally often). Throughput is read from the
+non-streamed bursts, TTFT and inter-token latencies from the streamed ones (``stream: both``, the default; ``on``
+streams every burst and reads throughput from them too; ``off`` streams none).
+
+Cycles repeat until every comparison of the server is within its target, or a maximum number of cycles or of
+measuring seconds is reached. A comparison is a condition against the server's reference condition at the same
+burst size, paired per cycle (``paired.PairedRatio``); a server with a single condition has none, and its cells
+must instead reach ``target_ci_pct`` (the 95 % interval of their median). Nothing here talks to a server: the
+job passes one coroutine that runs one burst of a cell (``BurstFn``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from ..stats import MedianInterval
+from .paired import CycleKey, PairedRatio
+
+log = logging.getLogger(__name__)
+
+STREAM_MODES: dict[str, tuple[bool, ...]] = {"both": (False, True), "on": (True,), "off": (False,)}
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    condition: str
+    burst: int
+    stream: bool
+
+
+def cycle_cells(conditions: list[str], bursts: list[int], stream: str) -> list[Cell]:
+    """Every cell of a server, in the order of its conditions, then burst sizes, then non-streamed first."""
+    if stream not in STREAM_MODES:
+        raise ValueError(f"stream: {stream!r} is not one of {sorted(STREAM_MODES)}")
+    return [Cell(c, b, s) for c in conditions for b in sorted(bursts) for s in STREAM_MODES[stream]]
+
+
+def cycle_order(cells: list[Cell], cycle: int) -> list[Cell]:
+    """The cells of cycle ``cycle``: the list rotated by ``cycle`` places."""
+    k = cycle % len(cells) if cells else 0
+    return cells[k:] + cells[:k]
+
+
+def throughput_stream(stream: str) -> bool:
+    """Whether throughput is read from streamed bursts (only where no burst is sent non-streamed)."""
+    return stream == "on"
+
+
+@dataclass(frozen=True)
+class Targets:
+    """When cycles stop: at least ``min_cycles``; then once every comparison's paired interval is within
+    ±``target_points`` (and, on a server without comparisons, every cell's interval within ±``target_ci_pct``);
+    at the latest after ``max_cycles`` or ``max_measuring_s`` seconds of bursts."""
+
+    min_cycles: int
+    max_cycles: int
+    target_points: float
+    target_ci_pct: float
+    max_measuring_s: float
+
+
+@dataclass
+class Progress:
+    """The throughput of every measured burst (of the throughput-reading mode), by cell and cycle, and what the
+    stop rule last said."""
+
+    reference: str
+    conditions: list[str]
+    bursts: list[int]
+    values: dict[tuple[str, int], dict[CycleKey, float]] = field(default_factory=dict)
+    cycles: int = 0
+    measuring_s: float = 0.0
+    stop_reason: str = ""
+
+    def add(self, condition: str, burst: int, key: CycleKey, value: float) -> None:
+        if not math.isnan(value):
+            self.values.setdefault((condition, burst), {})[key] = value
+
+    def comparisons(self) -> list[tuple[tuple[str, int], tuple[str, int], PairedRatio]]:
+        """Every condition but the reference against the reference at the same burst size, paired per cycle."""
+        out = []
+        for b in sorted(self.bursts):
+            den = (self.reference, b)
+            for c in self.conditions:
+                if c != self.reference:
+                    out.append(((c, b), den, PairedRatio.of(self.values.get((c, b), {}), self.values.get(den, {}))))
+        return out
+
+    def wide(self, t: Targets) -> list[str]:
+        """What is not yet within its target, one phrase each."""
+        comps = self.comparisons()
+        if comps:
+            return [
+                f"{c}/{b} vs {d}: ±{p.halfwidth_points:.1f} points (n={p.n})"
+                for (c, b), (d, _), p in comps
+                if not p.within(t.target_points)
+            ]
+        if not self.values:
+            return ["nothing measured"]
+        out = []
+        for (c, b), vals in sorted(self.values.items()):
+            iv = MedianInterval.of(list(vals.values()))
+            if iv.coverage < 0.95 or iv.halfwidth_pct > t.target_ci_pct:
+                out.append(f"{c}/{b}: ±{iv.halfwidth_pct:.1f} % (n={iv.n})")
+        return out
+
+    def done(self, t: Targets) -> bool:
+        """The stop rule, after a cycle; sets ``stop_reason``."""
+        if self.cycles < t.min_cycles:
+            return False
+        if self.cycles >= t.max_cycles:
+            self.stop_reason = f"max_cycles ({t.max_cycles}) reached"
+            return True
+        if self.measuring_s >= t.max_measuring_s:
+            self.stop_reason = f"max_measuring_s ({t.max_measuring_s:g} s) reached after {self.cycles} cycles"
+            return True
+        if not self.wide(t):
+            self.stop_reason = f"every target met after {self.cycles} cycles"
+            return True
+        return False
+
+
+# One burst of a cell: (cell, cycle, position in the cycle) -> (its throughput, its wall time in seconds)
+BurstFn = Callable[[Cell, int, int], Awaitable[tuple[float, float]]]
+
+
+async def run_cycles(
+    burst: BurstFn,
+    cells: list[Cell],
+    progress: Progress,
+    targets: Targets,
+    start: int,
+    until_cycle: int | None,
+    stream: str,
+) -> None:
+    """Cycles on the server now serving (``start`` of the job's server starts), numbered on from
+    ``progress.cycles``, until ``until_cycle`` (an earlier start's share) or, where it is None, the stop rule."""
+    tp_stream = throughput_stream(stream)
+    while True:
+        cycle = progress.cycles
+        if until_cycle is not None and cycle >= until_cycle:
+            return
+        for pos, cell in enumerate(cycle_order(cells, cycle)):
+            value, wall = await burst(cell, cycle, pos)
+            progress.measuring_s += wall
+            if cell.stream == tp_stream:
+                progress.add(cell.condition, cell.burst, (start, cycle), value)
+        progress.cycles += 1
+        wide = progress.wide(targets)
+        log.info(
+            "cycle %d done (%.0f s of bursts): %s",
+            cycle,
+            progress.measuring_s,
+            "every target met" if not wide else f"{len(wide)} not yet within target: " + "; ".join(wide[:4]),
+        )
+        if until_cycle is None and progress.done(targets):
+            log.info("cycles stop: %s", progress.stop_reason)
+            return
+
+
+def cycles_per_start(targets: Targets, starts: int) -> list[int | None]:
+    """Where each server start stops: the first starts share the minimum cycles evenly (cycle numbers), the last
+    one runs the stop rule."""
+    share = math.ceil(targets.min_cycles / starts)
+    return [share * (k + 1) for k in range(starts - 1)] + [None]
