@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: study test test-fast lint setup clean
+.PHONY: study test test-fast lint setup clean estimate
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -32,8 +32,8 @@ study: $(STAMP)
 	$(BIN)/snakemake --cores 1
 
 lint: $(STAMP)
-	$(BIN)/ruff check workflow tests benchmarks tools
-	$(BIN)/ruff format --check workflow tests benchmarks tools
+	$(BIN)/ruff check workflow tests benchmarks tools dev
+	$(BIN)/ruff format --check workflow tests benchmarks tools dev
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 	$(BIN)/python tools/snakemake_lint.py
 	$(BIN)/mypy
@@ -44,6 +44,13 @@ test: lint $(BROWSER) $(SLURM)
 # No real servers (tests marked slow are left out): for a quick check while editing. CI runs `make test`.
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -m "not slow"
+
+# A study's machine time, job by job, before it runs (docs/gpu.md): timed from the finished jobs saved under the
+# study folders FROM (default: none, stated defaults).  make estimate CONFIG=config/gpu-h200-both.yaml FROM=studies/h200-both
+CONFIG ?= config/config.yaml
+FROM ?=
+estimate: $(STAMP)
+	$(BIN)/python tools/estimate_study.py $(CONFIG) $(if $(FROM),--from $(FROM))
 
 clean:
 	rm -rf results logs .snakemake

@@ -1,4 +1,4 @@
-"""tools/carry_pieces.py: a folder split into pieces, carried one transfer at a time and joined on arrival."""
+"""dev/carry_pieces.py: a folder split into pieces, carried one transfer at a time and joined on arrival."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 from .conftest import ROOT
 
-TOOL = [sys.executable, str(ROOT / "tools/carry_pieces.py")]
+TOOL = [sys.executable, str(ROOT / "dev/carry_pieces.py")]
 
 
 def run(*args: object) -> subprocess.CompletedProcess[str]:

@@ -13,7 +13,7 @@ from lorabench.job import RuntimeLoad, server_job
 from lorabench.runtime_load import load_result
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "dev"))
 import study_results  # noqa: E402
 
 DEFAULT = load_file(ROOT / "config" / "config.yaml")

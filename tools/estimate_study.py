@@ -11,11 +11,11 @@ compiles kernels). Bursts are assumed shorter than a measurement's minimum (true
 model on an H200; a much bigger model or longer outputs lengthen a measurement).
 
 With --left STUDY_DIR, the jobs already saved there and still current for the config (those that
-``tools/study_results.py restore`` would put back) are listed as done and left out of the total: what the next
+``dev/study_results.py restore`` would put back) are listed as done and left out of the total: what the next
 stretch has to run.
 
 With --targets, the jobs not done are printed one a line as their result file and high estimate in seconds,
-in the order a stretch runs them (tools/device_stretch.sh reads it: it skips a job that would outlast the
+in the order a stretch runs them (dev/device_stretch.sh reads it: it skips a job that would outlast the
 stretch's STRETCH_MIN minutes rather than have it cut halfway).
 
 usage: .venv/bin/python tools/estimate_study.py CONFIG [--from STUDY_DIR ...] [--left STUDY_DIR]
@@ -35,11 +35,55 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
-from study_results import JOBS, why_stale  # noqa: E402
-
 from lorabench.config import load_file, prefix_cache_servers, runtime_load_servers  # noqa: E402
 from lorabench.io import read_json  # noqa: E402
 from lorabench.job import ServerJob, server_job  # noqa: E402
+
+# Per job kind: files kept as they are, files kept compressed (.gz), the per-request records, the facts file.
+JOBS = {
+    "servers": (("facts.json", "measurements.jsonl"), ("metrics.jsonl", "server.log"), "records.jsonl", "facts.json"),
+    "runtime_load": (("load.json",), ("server.log",), "records.jsonl", "load.json"),
+    "prefix_cache": (("prefix.json",), ("server.log",), "records.jsonl", "prefix.json"),
+}
+
+
+def stale(facts: dict, config: dict | None) -> str:
+    """Why a saved server job no longer matches the config ('' when it does): its measurement settings or its
+    server's configuration differ from the job the config makes."""
+    if config is None or "measurement" not in facts and "config" not in facts:
+        return ""
+    if facts.get("server", "") not in config["servers"]:
+        return "no such server in the config"
+    job = server_job(config, facts["server"], hardware="")
+    if facts.get("measurement") and facts["measurement"] != job.measurement_facts():
+        return f"measured with {facts['measurement']}"
+    cfg = facts.get("config") or {}
+    for key, want in job.facts_config().items():
+        if key in ("bursts", "adapters"):
+            got, want = sorted(cfg.get(key) or []), sorted(want)
+        else:
+            got = cfg.get(key)
+        if got != want:
+            return f"{key} was {cfg.get(key)!r}"
+    return ""
+
+
+def why_stale(kind: str, saved: dict, config: dict | None) -> str:
+    """Why a saved job of this kind (a key of ``JOBS``) is measured again under ``config`` ('' when it is not)."""
+    if kind == "servers":
+        return stale(saved, config)
+    if kind == "runtime_load":
+        return stale_load(saved, config)
+    return ""
+
+
+def stale_load(load: dict, config: dict | None) -> str:
+    """Why a saved runtime-loading job is measured again ('' when it is not): one measured before the unload was
+    checked (the adapter gone, an implicit reload undone) may have timed loads of an adapter still loaded."""
+    if config is not None and not all("listed_after_unload" in c for c in load.get("cycles", [])):
+        return "measured before unloads were checked"
+    return ""
+
 
 # Used where no finished job of the engine was given: seconds, rounded from the H200 studies under studies/.
 DEFAULTS = {"start_s": 120.0, "first_start_s": 160.0, "warmup_per_cell_s": 1.2, "overhead_per_measurement_s": 0.45}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -199,10 +200,35 @@ def expand_families(config: dict[str, Any]) -> None:
         raise ConfigError("adapters: none declared (give adapters or adapter_families)")
 
 
+def check_existing_pythons(config: dict[str, Any], hardware: str | None = None) -> None:
+    """Every ``engines.ID.existing.python`` names an executable: a path (relative to the working directory) or a
+    command on PATH. An engine that needs a GPU is not checked on a machine without one: it is reported as not run
+    there, so a site's installation may be named before that machine is at hand."""
+    for eid, eng in config["engines"].items():
+        python = (eng.get("existing") or {}).get("python")
+        if not python:
+            continue
+        if eng.get("requires_gpu"):
+            hardware = hardware or detect_hardware()
+            if hardware != "gpu":
+                continue
+        key = f"engines.{eid}.existing.python"
+        if "/" not in python:
+            if not shutil.which(python):
+                raise ConfigError(f"{key}: {python!r} is not a command on PATH")
+            continue
+        path = Path(python)
+        if not path.exists():
+            raise ConfigError(f"{key}: {python} does not exist")
+        if not path.is_file() or not os.access(path, os.X_OK):
+            raise ConfigError(f"{key}: {python} is not an executable file")
+
+
 def load_and_check(config: dict[str, Any]) -> dict[str, Any]:
     validate_schema(config)
     expand_families(config)
     check_references(config)
+    check_existing_pythons(config)
     return config
 
 

@@ -1,10 +1,10 @@
 """Keep a study's finished server jobs under studies/ and put them back, so a study that needs several stretches
 of machine time runs each server job once.
 
-  python tools/study_results.py save RESULTS STUDY_DIR      finished jobs of RESULTS/servers, runtime_load and
+  python dev/study_results.py save RESULTS STUDY_DIR      finished jobs of RESULTS/servers, runtime_load and
                                                             prefix_cache into STUDY_DIR (per-request records
                                                             compressed)
-  python tools/study_results.py restore STUDY_DIR RESULTS [CONFIG]
+  python dev/study_results.py restore STUDY_DIR RESULTS [CONFIG]
                                                             the saved jobs back into RESULTS, as Snakemake's outputs;
                                                             with CONFIG, only jobs measured with that config's
                                                             measurement settings and server flags
@@ -23,12 +23,9 @@ import shutil
 import sys
 from pathlib import Path
 
-# Per job kind: files kept as they are, files kept compressed (.gz), the per-request records, the facts file.
-JOBS = {
-    "servers": (("facts.json", "measurements.jsonl"), ("metrics.jsonl", "server.log"), "records.jsonl", "facts.json"),
-    "runtime_load": (("load.json",), ("server.log",), "records.jsonl", "load.json"),
-    "prefix_cache": (("prefix.json",), ("server.log",), "records.jsonl", "prefix.json"),
-}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from estimate_study import JOBS, stale, stale_load, why_stale  # noqa: E402, F401  (the saved-job format lives there)
+
 DIGITS = {"itl_s": 4, "start_s": 6, "end_s": 6, "ttft_s": 6, "latency_s": 6, "wall_start": 3}
 
 
@@ -72,29 +69,6 @@ def save(results: Path, study: Path) -> list[str]:
     return saved
 
 
-def stale(facts: dict, config: dict | None) -> str:
-    """Why a saved server job no longer matches the config ('' when it does): its measurement settings or its
-    server's configuration differ from the job the config makes."""
-    if config is None or "measurement" not in facts and "config" not in facts:
-        return ""
-    from lorabench.job import server_job
-
-    if facts.get("server", "") not in config["servers"]:
-        return "no such server in the config"
-    job = server_job(config, facts["server"], hardware="")
-    if facts.get("measurement") and facts["measurement"] != job.measurement_facts():
-        return f"measured with {facts['measurement']}"
-    cfg = facts.get("config") or {}
-    for key, want in job.facts_config().items():
-        if key in ("bursts", "adapters"):
-            got, want = sorted(cfg.get(key) or []), sorted(want)
-        else:
-            got = cfg.get(key)
-        if got != want:
-            return f"{key} was {cfg.get(key)!r}"
-    return ""
-
-
 def restore(study: Path, results: Path, config: dict | None = None) -> list[str]:
     restored = []
     for kind, (plain, packed, records, facts_name) in JOBS.items():
@@ -116,23 +90,6 @@ def restore(study: Path, results: Path, config: dict | None = None) -> list[str]
                     shutil.copyfileobj(src, out)
             restored.append(f"{kind}/{d.name}")
     return restored
-
-
-def why_stale(kind: str, saved: dict, config: dict | None) -> str:
-    """Why a saved job of this kind (a key of ``JOBS``) is measured again under ``config`` ('' when it is not)."""
-    if kind == "servers":
-        return stale(saved, config)
-    if kind == "runtime_load":
-        return stale_load(saved, config)
-    return ""
-
-
-def stale_load(load: dict, config: dict | None) -> str:
-    """Why a saved runtime-loading job is measured again ('' when it is not): one measured before the unload was
-    checked (the adapter gone, an implicit reload undone) may have timed loads of an adapter still loaded."""
-    if config is not None and not all("listed_after_unload" in c for c in load.get("cycles", [])):
-        return "measured before unloads were checked"
-    return ""
 
 
 def main(argv: list[str]) -> None:

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Runs a study's whole pipeline on a lent GPU machine (no network, no snakemake there) through the project's own
 # Snakemake workflow. Used by the device calls documented in README.md ("GPU study").
-#   bash tools/device_study.sh start CONFIG    install the snakemake wheels (.whl-snake), start snakemake detached
-#   bash tools/device_study.sh prepare CONFIG  install the wheels, then build only the model, adapters and engine
+#   bash dev/device_study.sh start CONFIG    install the snakemake wheels (.whl-snake), start snakemake detached
+#   bash dev/device_study.sh prepare CONFIG  install the wheels, then build only the model, adapters and engine
 #                                              environments (foreground; e.g. before benchmarks/fidelity.py)
-#   bash tools/device_study.sh status          last lines of the run's log, and whether it is still running
-#   bash tools/device_study.sh pack OUTDIR     results (no weights) + logs as OUTDIR/study-results.tar.gz
+#   bash dev/device_study.sh status          last lines of the run's log, and whether it is still running
+#   bash dev/device_study.sh pack OUTDIR     results (no weights) + logs as OUTDIR/study-results.tar.gz
 # A run resumed on a fresh machine (results/ carried back) first rebuilds the model and adapters, then runs
 # without the mtime trigger, so finished server jobs are kept (their params, inputs and code are unchanged).
 set -u
@@ -14,6 +14,9 @@ LOG=/tmp/lorabench-study.log
 PIDF=/tmp/lorabench-study.pid
 export PYTHONPATH=/tmp/site:$PWD/workflow PYTHONUNBUFFERED=1
 SMK=(python3 -m snakemake --cores 1 --scheduler greedy --rerun-incomplete)
+SITE=${SITE:-dev/device-site.yaml}   # the machine's engine installations (the lent H200's kits)
+# The overlay's engines that the study has (an overlay engine the config lacks would be an incomplete engine).
+site_for() { python3 -c "import sys,yaml; c=yaml.safe_load(open(sys.argv[1])); s=yaml.safe_load(open(sys.argv[2])); s['engines']={k: v for k, v in s['engines'].items() if k in c['engines']}; yaml.safe_dump(s, open(sys.argv[3], 'w'))" "$1" "$2" "$3"; }
 
 install_snakemake() {
   if [ ! -f /tmp/site/.snake-ready ]; then
@@ -27,13 +30,15 @@ case "${1:-}" in
   prepare)
     cfg=${2:?config file}
     install_snakemake
-    "${SMK[@]}" --configfile "$cfg" --replace-workflow-config results/model/manifest.json \
+    site_for "$cfg" "$SITE" /tmp/lorabench-site.yaml
+    "${SMK[@]}" --configfile "$cfg" /tmp/lorabench-site.yaml --replace-workflow-config results/model/manifest.json \
       $(python3 -c "import yaml;c=yaml.safe_load(open('$cfg'));print(' '.join(['results/adapters/%s.json'%a for a in c['adapters']]+['results/envs/%s.json'%e for e in c['engines']]))")
     ;;
   start)
     cfg=${2:?config file}
     install_snakemake
-    args=(--configfile "$cfg" --replace-workflow-config)
+    site_for "$cfg" "$SITE" /tmp/lorabench-site.yaml
+    args=(--configfile "$cfg" /tmp/lorabench-site.yaml --replace-workflow-config)
     setsid nohup bash -c "
       ${SMK[*]} ${args[*]} results/model/manifest.json results/workload/requests.json \
         \$(python3 -c \"import yaml;print(' '.join('results/adapters/%s.json'%a for a in yaml.safe_load(open('$cfg'))['adapters']))\") &&

@@ -3,11 +3,11 @@
 # itself, SGLang servers first, resumed from the results committed under studies/STUDY/ (finished server jobs are
 # restored and not run again). Runs detached in a copy of the project outside the working tree, so later calls
 # (which re-lay the tree) cannot touch it.
-#   bash tools/device_stretch.sh start CONFIG STUDY_DIR [stability]   copy to /tmp/stretch/w, start detached
-#   bash tools/device_stretch.sh status                               steps so far, last lines of the current one
-#   bash tools/device_stretch.sh pack OUTDIR                          finished jobs (one archive each: servers-X.tgz,
+#   bash dev/device_stretch.sh start CONFIG STUDY_DIR [stability]   copy to /tmp/stretch/w, start detached
+#   bash dev/device_stretch.sh status                               steps so far, last lines of the current one
+#   bash dev/device_stretch.sh pack OUTDIR                          finished jobs (one archive each: servers-X.tgz,
 #                                                                     runtime_load-X.tgz, prefix_cache-X.tgz), manifests, logs
-#   bash tools/device_stretch.sh wait SECONDS                         poll until the driver stops or SECONDS pass
+#   bash dev/device_stretch.sh wait SECONDS                         poll until the driver stops or SECONDS pass
 # With "stability": benchmarks/stability.py first, on each server of STAB_SERVERS (default: the 2-slot LoRA
 # servers), cell STAB_CONDITION x STAB_BURST (ab x 48), STAB_ROUNDS rounds (6) of STAB_MIN_S seconds (2.5),
 # STAB_VARIANTS (default: the benchmark's own).
@@ -16,11 +16,15 @@
 # ONLY=PATTERN (grep -E on the job targets, e.g. runtime_load) keeps only the matching jobs of that list.
 # STRETCH_MIN=M: minutes the driver may use from its start; a job whose high estimate (tools/estimate_study.py)
 # would outlast them is skipped and left for the next stretch rather than cut halfway.
+# SITE: the overlay naming the machine's engine installations (default dev/device-site.yaml, the lent H200's).
 # Needs the kits of those engines staged (/tmp/vllm-site, /tmp/sglang-site) and the Snakemake wheels either
 # installed in /tmp/site or carried as .whl-snake in the start call.
 set -u
 S=/tmp/stretch
 W=$S/w
+SITE=${SITE:-dev/device-site.yaml}
+# The overlay's engines that the study has (an overlay engine the config lacks would be an incomplete engine).
+site_for() { python3 -c "import sys,yaml; c=yaml.safe_load(open(sys.argv[1])); s=yaml.safe_load(open(sys.argv[2])); s['engines']={k: v for k, v in s['engines'].items() if k in c['engines']}; yaml.safe_dump(s, open(sys.argv[3], 'w'))" "$1" "$2" "$3"; }
 mkdir -p "$S"
 
 case "${1:-}" in
@@ -29,20 +33,21 @@ case "${1:-}" in
     rm -rf "$W"; mkdir -p "$W"
     (cd "$(dirname "$0")/.." && tar --exclude=./.kit --exclude=./.kit-sglang --exclude='./.pieces-*' --exclude=./results --exclude=./.git -cf - .) | tar -xf - -C "$W"
     cd "$W"
-    setsid nohup bash tools/device_stretch.sh _run "$cfg" "$sdir" "$stab" > "$S/driver.log" 2>&1 < /dev/null &
+    setsid nohup bash dev/device_stretch.sh _run "$cfg" "$sdir" "$stab" > "$S/driver.log" 2>&1 < /dev/null &
     echo $! > "$S/driver.pid"; echo "started $(cat $S/driver.pid)"
     ;;
   _run)
     cfg=$2; sdir=$3; stab=$4; cd "$W"; T0=$(date +%s)
     export PYTHONPATH=/tmp/site:$W/workflow PYTHONUNBUFFERED=1
     step() { echo "STEP $* $(date +%T)" | tee -a "$S/steps.log"; }
-    SMK=(python3 -m snakemake --cores 1 --scheduler greedy --rerun-incomplete --configfile "$cfg" --replace-workflow-config)
+    site_for "$cfg" "$SITE" "$S/site.yaml"
+    SMK=(python3 -m snakemake --cores 1 --scheduler greedy --rerun-incomplete --configfile "$cfg" "$S/site.yaml" --replace-workflow-config)
     step install-snakemake
     if ! PYTHONPATH=/tmp/site python3 -c "import snakemake" 2>/dev/null; then
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl-snake/*.whl || { step FAILED pip; exit 5; }
     fi
     step restore "$sdir"
-    python3 tools/study_results.py restore "$sdir" results "$cfg" | tail -8
+    python3 dev/study_results.py restore "$sdir" results "$cfg" | tail -8
     engines=${ENGINES:-$(python3 -c "import yaml;print(' '.join(yaml.safe_load(open('$cfg'))['engines']))")}
     step wait-kits $engines
     for i in $(seq 1 60); do
@@ -105,7 +110,7 @@ case "${1:-}" in
     # that comes back may have, plus the small manifests and logs; weights and the compile cache stay behind.
     out=${2:?output folder}
     rm -rf "$S/save"
-    (cd "$W" && python3 tools/study_results.py save results "$S/save" > /dev/null)
+    (cd "$W" && python3 dev/study_results.py save results "$S/save" > /dev/null)
     for d in "$S"/save/servers/* "$S"/save/runtime_load/* "$S"/save/prefix_cache/*; do
       [ -d "$d" ] && tar -czf "$out/$(basename "$(dirname "$d")")-$(basename "$d").tgz" -C "$(dirname "$d")" "$(basename "$d")"
     done

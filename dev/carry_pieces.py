@@ -1,14 +1,14 @@
 """Move a large folder to another machine in pieces, when each transfer may carry only so much beside the
 project's own tree (an engine kit of about 89 MB, a transfer limit of 64 MiB with the tree in it).
 
-  python3 tools/carry_pieces.py split SRC OUT [--max-mb MB]   SRC as an uncompressed tar cut into OUT/1, OUT/2, ...
+  python3 dev/carry_pieces.py split SRC OUT [--max-mb MB]   SRC as an uncompressed tar cut into OUT/1, OUT/2, ...
                                                               (one piece each, at most MB MB, default 28), each
                                                               with OUT/K/manifest.json (name, count, sha256)
-  python3 tools/carry_pieces.py join OUT DEST                 on the other machine, once per transfer: keeps the
+  python3 dev/carry_pieces.py join OUT DEST                 on the other machine, once per transfer: keeps the
                                                               pieces that came this time (in DEST/.pieces/), and
                                                               once all have come, checks the whole and unpacks
                                                               SRC's folder into DEST (DEST/NAME)
-  python3 tools/carry_pieces.py size [PATH ...] [--limit-mib 64]
+  python3 dev/carry_pieces.py size [PATH ...] [--limit-mib 64]
                                                               what one transfer would carry: the project's tree
                                                               (tracked files and untracked ones git does not
                                                               ignore) and each PATH, against the limit; exits 1
