@@ -31,11 +31,11 @@ def test_params_round_trip_and_are_sorted_json(runtime: bool):
 def test_facts_keep_their_keys():
     job = server_job(CFG, "lora-2", "cpu")
     assert set(job.facts_config()) == {
-        "lora", "max_loras", "max_cpu_loras", "max_lora_rank", "adapters", "conditions", "bursts", "args"
+        "lora", "max_loras", "max_cpu_loras", "max_lora_rank", "adapters", "conditions", "reference", "bursts", "args"
     }  # fmt: skip
     assert job.facts_config()["max_loras"] == 2 and job.facts_config()["args"] == {"max_model_len": 512}
     assert SERVER_KEYS == ("lora", "max_loras", "max_cpu_loras", "max_lora_rank")
-    assert job.measurement_facts()["max_repetitions"] == CFG["max_repetitions"]
+    assert job.measurement_facts()["max_cycles"] == CFG["max_repetitions"]
 
 
 def test_a_server_edit_changes_only_that_servers_params():

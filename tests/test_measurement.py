@@ -127,14 +127,16 @@ SPEC = ServerSpec(
 )
 
 
-async def _measure(url: str, job: ServerJob):
-    """One warm-up and one measured burst of the non-streamed cell a/4 against the fake server."""
+async def _measure(url: str, job: ServerJob, bursts: int = 1):
+    """One warm-up and ``bursts`` measured bursts (one per cycle) of the non-streamed cell a/4 against the fake
+    server; the measurer and its last row."""
     async with make_session(4) as s:
         m = Measurer(job, get_engine("vllm"), SPEC, url, RSET, s)
         cells = cycle_cells(job.conditions, job.bursts, job.stream)
         m.cycle_length = len(cells)
         await m.warm_up(cells)
-        await m.cycle_burst(Cell("a", 4, False), 0, 0)
+        for cycle in range(bursts):
+            await m.cycle_burst(Cell("a", 4, False), cycle, 0)
         return m, m.measurements[-1]
 
 
@@ -149,28 +151,38 @@ def test_no_garbage_collection_while_measuring(url, monkeypatch):
 
     async def send(*a, **k):
         enabled.append(gc.isenabled())
-        for _ in range(3000):  # cyclic garbage: an enabled collector would run on it
-            x: list = []
-            x.append(x)
-        return await real_send(*a, **k)
+
+        async def garbage() -> None:  # cyclic garbage made while the burst is in flight
+            await asyncio.sleep(0.005)
+            for _ in range(3000):  # an enabled collector would run on it
+                x: list = []
+                x.append(x)
+
+        made = asyncio.ensure_future(garbage())
+        recs = await real_send(*a, **k)
+        await made
+        return recs
 
     def cb(phase, info):
         if phase == "start":
             starts.append(time.perf_counter())
 
     def collections_inside(m) -> int:
-        recs = [r for r in m.records if not r["warmup"]]
-        t0 = min(r["start_s"] for r in recs)
-        t1 = max(r["end_s"] for r in recs)
-        return sum(t0 <= t <= t1 for t in starts)
+        """Collections that started while a measured burst was in flight (first request sent to last answer)."""
+        spans: dict[str, list[float]] = {}
+        for r in m.records:
+            if not r["warmup"]:
+                span = spans.setdefault(r["measurement_id"], [r["start_s"], r["end_s"]])
+                span[0], span[1] = min(span[0], r["start_s"]), max(span[1], r["end_s"])
+        return sum(t0 <= t <= t1 for t0, t1 in spans.values() for t in starts)
 
     monkeypatch.setattr(lt, "send", send)
     gc.callbacks.append(cb)
     try:
-        m, _ = asyncio.run(_measure(url, _measurer_job(stream="off")))
+        m, _ = asyncio.run(_measure(url, _measurer_job(stream="off"), bursts=3))
         quiet = collections_inside(m)
         starts.clear()
-        m, _ = asyncio.run(_measure(url, _measurer_job(stream="off", harness={"gc": "on"})))
+        m, _ = asyncio.run(_measure(url, _measurer_job(stream="off", harness={"gc": "on"}), bursts=3))
         loud = collections_inside(m)
     finally:
         gc.callbacks.remove(cb)

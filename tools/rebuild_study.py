@@ -101,6 +101,21 @@ def stage(cfg: dict, res: Path, work: Path) -> None:
             (dst / "server.log").write_text(f"# {NOT_MEASURED}\n")
     for e in sorted(cfg["engines"]):
         (work / "envs").mkdir(parents=True, exist_ok=True)
+        measured = any((res / "servers" / s).is_dir() for s, v in cfg["servers"].items() if v["engine"] == e)
+        if not measured and not (res / "envs" / f"{e}.json").exists():
+            # an engine none of whose servers ran yet: its record says so, its version is the config's
+            eng = cfg["engines"][e]
+            record = {
+                "engine": e,
+                "kind": eng["kind"],
+                "version": None,
+                "version_config": eng["version"],
+                "status": NOT_MEASURED,
+                "python": None,
+            }
+            write_json(work / "envs" / f"{e}.json", record)
+            (work / "envs" / f"{e}.freeze.txt").write_text("")
+            continue
         shutil.copy2(_need(res / "envs" / f"{e}.json"), work / "envs" / f"{e}.json")
         freeze = res / "envs" / f"{e}.freeze.txt"
         if freeze.exists():

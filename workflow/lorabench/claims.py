@@ -69,8 +69,12 @@ class Context:
         adapters: list[dict[str, Any]],
         reference_arch: dict[str, Any] | None = None,
         queues: dict[str, Any] | None = None,
+        analogue_model: bool = False,
     ):
         self.summary = summary
+        # The study's model stands in for the claim's (config ``analogue_model``): ratios are judged on it though
+        # its size differs; absolute figures stay not comparable.
+        self.analogue_model = analogue_model
         # Batch size and queues per server and condition (results/queues/queues.json), for claims about why.
         self.queues = queues
         # The source's architecture (Qwen3-1.7B), for claims about its adapter sizes; an input of the rule.
@@ -525,9 +529,16 @@ def comparability(claim: dict[str, Any], ctx: Context) -> str:
     ):
         reasons.append(f"absolute figure measured on {claim_hw or 'other hardware'}; this run: {ctx.gpu_name}")
     mp = scope.get("model_params")
-    if mp and ctx.model_params and abs(ctx.model_params - mp) / mp > 0.01:
+    if mp and ctx.model_params and abs(ctx.model_params - mp) / mp > 0.01 and not analogue(claim, ctx):
         reasons.append(f"claim's model has {mp:,} parameters; this run's has {ctx.model_params:,}")
     return "; ".join(reasons)
+
+
+def analogue(claim: dict[str, Any], ctx: Context) -> bool:
+    """Whether a claim about a ratio is judged on a study model of another size that stands in for the claim's
+    (config ``analogue_model``: on an H200 the source's laptop-GPU setting is matched by a model the GPU is busy
+    with, not by the same model)."""
+    return ctx.analogue_model and claim["measure"]["kind"] == "ratio"
 
 
 def apply_rule(claim: dict[str, Any], value: Any) -> str:
@@ -564,7 +575,7 @@ def evaluate(claims: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]
     out = []
     for claim in claims:
         reason = comparability(claim, ctx)
-        value, note, evidence, span = measure(claim, ctx, fallback=bool(reason))
+        value, note, evidence, span = measure(claim, ctx, fallback=bool(reason) or analogue(claim, ctx))
         rule_result = None if value is None or isinstance(value, Inconclusive) else apply_rule(claim, value)
         if isinstance(value, Inconclusive):
             verdict = "not comparable" if reason else "inconclusive"
@@ -585,6 +596,10 @@ def evaluate(claims: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]
         else:
             verdict = rule_result or "not run"
             why = note
+            mp = (claim.get("scope") or {}).get("model_params")
+            if analogue(claim, ctx) and mp and abs(ctx.model_params - mp) / mp > 0.01:
+                why = (f"judged on this study's {ctx.model_params:,}-parameter model, standing in for the claim's "
+                       f"{mp:,} (analogue_model)" + (f"; {note}" if note else ""))  # fmt: skip
             rule = claim["rule"]
             if span and verdict in ("reproduced", "contradicted") and rule.get("decisive") and "value" in rule:
                 # a threshold claim is decided only when the whole span of the intervals lies on one side
@@ -660,10 +675,12 @@ def evaluate_file(
     out_path: str,
     reference_arch_path: str | None = None,
     queues_path: str | None = None,
+    analogue_model: bool = False,
 ) -> list[dict[str, Any]]:
     ref = read_json(reference_arch_path) if reference_arch_path else None
     queues = read_json(queues_path) if queues_path else None
-    ctx = Context(read_json(summary_path), read_json(model_path), [read_json(p) for p in adapter_paths], ref, queues)
+    adapters = [read_json(p) for p in adapter_paths]
+    ctx = Context(read_json(summary_path), read_json(model_path), adapters, ref, queues, analogue_model)
     results = evaluate(load_claims(claims_path), ctx)
     counts = {v: sum(r["verdict"] == v for r in results) for v in VERDICTS}
     write_json(

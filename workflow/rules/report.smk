@@ -58,6 +58,8 @@ rule claims_evaluate:
         verdicts="results/claims/verdicts.json",
     log:
         "logs/claims_evaluate.log",
+    params:
+        analogue_model=config["analogue_model"],
     script:
         "../scripts/claims_evaluate.py"
 

@@ -13,4 +13,5 @@ evaluate_file(
     sm.output.verdicts,
     sm.input.reference_arch,
     sm.input.queues,
+    sm.params.analogue_model,
 )

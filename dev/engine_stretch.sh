@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# One engine's server jobs of a study, from scratch, in one loan of the lent GPU (dev/README.md): the inputs are
+# built in the first call (while the engine kit's second chunk waits), the jobs run detached in a copy of the
+# project outside the working tree (later calls re-lay the tree), and each finished job comes back as one archive.
+#   bash dev/engine_stretch.sh prepare CONFIG         install .whl-snake, copy the tree, build model/adapters/requests
+#   bash dev/engine_stretch.sh start CONFIG ENGINE    detached: the engine's record, then its server jobs (LoRA off
+#                                                     first, then by slot count); ONLY=REGEX keeps matching targets
+#   bash dev/engine_stretch.sh wait SECONDS           poll until the run stops or SECONDS pass, then status
+#   bash dev/engine_stretch.sh status                 steps so far and the last cycle lines
+#   bash dev/engine_stretch.sh pack OUTDIR            one archive per finished job (records compressed), plus logs
+# SITE: the overlay naming the machine's engine installations (default dev/device-site.yaml).
+set -u
+S=/tmp/es
+W=$S/w
+SITE=${SITE:-dev/device-site.yaml}
+export PYTHONPATH=/tmp/site:$W/workflow PYTHONUNBUFFERED=1
+smk() { (cd "$W" && python3 -m snakemake --cores 1 --scheduler greedy --rerun-incomplete --configfile "$1" "$SITE" --replace-workflow-config "${@:2}"); }
+step() { echo "STEP $* $(date +%T)" | tee -a "$S/steps.log"; }
+
+case "${1:-}" in
+  prepare)
+    cfg=${2:?config}
+    mkdir -p "$S"; rm -rf "$W"; mkdir -p "$W"
+    tar --exclude=./.kit --exclude=./.kit-sglang --exclude=./.whl-snake --exclude=./results --exclude=./.git -cf - . | tar -xf - -C "$W"
+    if [ ! -f /tmp/site/.snake-ready ]; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl-snake/*.whl || exit 5
+      touch /tmp/site/.snake-ready
+    fi
+    step prepare "$cfg"
+    adapters=$(python3 -c "import yaml;print(' '.join('results/adapters/%s.json'%a for a in yaml.safe_load(open('$cfg'))['adapters']))")
+    smk "$cfg" results/model/manifest.json results/workload/requests.json $adapters > "$S/prepare.log" 2>&1 \
+      || { step FAILED prepare; grep -E "Error|error" "$S/prepare.log" | tail -5 | cut -c1-200; exit 6; }
+    step prepared
+    ;;
+  start)
+    cfg=${2:?config}; engine=${3:?engine id}
+    targets=$(cd "$W" && python3 -c "
+import yaml
+c = yaml.safe_load(open('$cfg'))
+srv = [s for s, v in c['servers'].items() if v['engine'] == '$engine']
+srv.sort(key=lambda s: (c['servers'][s]['lora'], c['servers'][s].get('max_loras') or 0, s))
+print(' '.join('results/servers/%s/facts.json' % s for s in srv))")
+    setsid nohup bash -c "
+      cd '$W'
+      echo \"STEP env $engine \$(date +%T)\" >> '$S/steps.log'
+      python3 -m snakemake --cores 1 --scheduler greedy --configfile '$cfg' '$SITE' --replace-workflow-config results/envs/$engine.json >> '$S/study.log' 2>&1
+      for t in $targets; do
+        if [ -n \"${ONLY:-}\" ] && ! echo \"\$t\" | grep -qE '${ONLY:-.}'; then continue; fi
+        echo \"STEP server \$t \$(date +%T)\" >> '$S/steps.log'
+        python3 -m snakemake --cores 1 --scheduler greedy --rerun-incomplete --configfile '$cfg' '$SITE' --replace-workflow-config \"\$t\" >> '$S/study.log' 2>&1 \
+          || echo \"STEP FAILED \$t \$(date +%T)\" >> '$S/steps.log'
+      done
+      echo \"STEP DONE \$(date +%T)\" >> '$S/steps.log'" > "$S/driver.log" 2>&1 < /dev/null &
+    echo $! > "$S/driver.pid"; echo "started $(cat "$S/driver.pid"): $targets"
+    ;;
+  status)
+    if [ -f "$S/driver.pid" ] && kill -0 "$(cat "$S/driver.pid")" 2>/dev/null; then echo RUNNING; else echo STOPPED; fi
+    tail -n 8 "$S/steps.log" 2>/dev/null
+    grep -hE "cycles stop|cycle [0-9]+ done|Error|error|ready after" "$W"/logs/server_loadtest/*.log 2>/dev/null | tail -n 4 | cut -c1-230
+    ;;
+  wait)
+    end=$(( $(date +%s) + ${2:-500} ))
+    while [ "$(date +%s)" -lt "$end" ]; do
+      kill -0 "$(cat "$S/driver.pid" 2>/dev/null)" 2>/dev/null || break
+      sleep 10
+    done
+    bash "$0" status
+    ;;
+  pack)
+    out=${2:?output folder}
+    rm -rf "$S/save"
+    (cd "$W" && python3 dev/study_results.py save results "$S/save" > /dev/null)
+    for d in "$S"/save/servers/* "$S"/save/runtime_load/*; do
+      [ -d "$d" ] && tar -czf "$out/$(basename "$(dirname "$d")")-$(basename "$d").tgz" -C "$(dirname "$d")" "$(basename "$d")"
+    done
+    (cd "$W" && tar -czf "$out/meta.tgz" results/envs results/model/manifest.json results/adapters/*.json results/workload logs 2>/dev/null)
+    ls -la "$out"
+    ;;
+  *) echo "usage: $0 prepare CONFIG | start CONFIG ENGINE | status | wait SECONDS | pack OUTDIR"; exit 2 ;;
+esac
