@@ -23,20 +23,26 @@ def minutes(out: str, job: str) -> tuple[float, float]:
 
 
 def test_calibrated_estimate_brackets_what_the_saved_job_took():
-    proc = estimate("config/gpu-h200-both.yaml", "--from", "studies/h200-both")
+    proc = estimate("config/gpu-h200-8b.yaml", "--from", "studies/h200-8b")
     assert proc.returncode == 0, proc.stderr
-    lo, hi = minutes(proc.stdout, "sglang-lora-2")
-    # the saved sglang-lora-2 job ran 716.7 s (facts.json timing.total_s) with the config's settings
-    assert lo < 716.7 / 60 < hi
-    assert "(defaults)" not in proc.stdout and "15 cells x 10-14 measurements of >= 2.5 s" in proc.stdout
+    # the saved jobs ran 208.9, 419.3 and 407.3 s (facts.json timing.total_s) with the config's settings
+    for job, took in (("vllm-lora-off", 208.9), ("vllm-lora-2", 419.3), ("vllm-lora-4", 407.3)):
+        lo, hi = minutes(proc.stdout, job)
+        assert 0.95 * lo < took / 60 < hi, (job, lo, hi)
+    assert re.search(r"^vllm-lora-4 .* 24 cells x 9 cycles of ~2\d s$", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^sglang-lora-4 .*\(defaults\)$", proc.stdout, re.M)  # no SGLang job saved yet
 
 
 def test_left_counts_only_jobs_not_saved_with_the_current_settings():
-    proc = estimate("config/gpu-h200-both.yaml", "--from", "studies/h200-both", "--left", "studies/h200-both")
+    proc = estimate("config/gpu-h200-8b.yaml", "--from", "studies/h200-8b", "--left", "studies/h200-8b")
     assert proc.returncode == 0, proc.stderr
-    assert re.search(r"^sglang-lora-2\s+sglang\s+done", proc.stdout, re.M)
-    minutes(proc.stdout, "vllm-lora-2")  # measured with the earlier settings: to be run again
+    assert re.search(r"^vllm-lora-2\s+vllm\s+done", proc.stdout, re.M)
+    minutes(proc.stdout, "sglang-lora-2")  # not measured yet
     assert "total left" in proc.stdout
+    # server jobs saved with method v1 are measured again under the current settings; runtime loading is kept
+    old = estimate("config/gpu-h200-both.yaml", "--from", "studies/h200-8b", "--left", "studies/h200-both")
+    assert old.returncode == 0 and not re.search(r"^\S+-lora-(off|2|4)\s+\S+\s+done", old.stdout, re.M)
+    assert re.search(r"^vllm-lora-2-runtime\s+vllm\s+done", old.stdout, re.M)
 
 
 def test_without_finished_jobs_the_defaults_are_named_and_a_bad_engine_is_refused():
@@ -47,24 +53,26 @@ def test_without_finished_jobs_the_defaults_are_named_and_a_bad_engine_is_refuse
 
 
 def test_targets_list_what_a_stretch_runs_in_order_with_its_high_estimate(tmp_path):
-    # the committed study with its SGLang 4-slot job and every vLLM job not saved yet
-    left = tmp_path / "h200-both"
-    shutil.copytree(ROOT / "studies/h200-both", left, ignore=shutil.ignore_patterns("report", "summary", "*.gz"))
-    for job in ("servers/sglang-lora-4", "servers/vllm-lora-off", "servers/vllm-lora-2", "runtime_load/vllm-lora-2"):
-        shutil.rmtree(left / job, ignore_errors=True)
-    proc = estimate("config/gpu-h200-both.yaml", "--from", "studies/h200-both", "--left", str(left), "--targets")
+    # the committed study with one vLLM job taken out, and no SGLang job saved yet
+    left = tmp_path / "h200-8b"
+    shutil.copytree(ROOT / "studies/h200-8b", left, ignore=shutil.ignore_patterns("report", "summary", "*.gz"))
+    shutil.rmtree(left / "servers/vllm-lora-2")
+    proc = estimate("config/gpu-h200-8b.yaml", "--from", "studies/h200-8b", "--left", str(left), "--targets")
     assert proc.returncode == 0, proc.stderr
     rows = [line.split() for line in proc.stdout.splitlines()]
     targets = [t for t, _ in rows]
     # saved with the current settings: not listed; SGLang first, LoRA off before slots, side job after its server
-    assert "results/servers/sglang-lora-2/facts.json" not in targets
+    assert "results/servers/vllm-lora-4/facts.json" not in targets
     assert targets.index("results/servers/sglang-lora-4/facts.json") < targets.index(
-        "results/servers/vllm-lora-off/facts.json"
+        "results/servers/vllm-lora-2/facts.json"
     )
     assert (
-        targets.index("results/servers/vllm-lora-off/facts.json")
-        < targets.index("results/servers/vllm-lora-2/facts.json")
-        < targets.index("results/runtime_load/vllm-lora-2/load.json")
-        < targets.index("results/servers/vllm-lora-4/facts.json")
+        targets.index("results/servers/sglang-lora-off/facts.json")
+        < targets.index("results/servers/sglang-lora-2/facts.json")
+        < targets.index("results/runtime_load/sglang-lora-2/load.json")
+        < targets.index("results/servers/sglang-lora-4/facts.json")
+    )
+    assert targets.index("results/servers/vllm-lora-2/facts.json") < targets.index(
+        "results/runtime_load/vllm-lora-2/load.json"
     )
     assert all(int(s) > 60 for _, s in rows)

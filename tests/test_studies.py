@@ -31,7 +31,7 @@ def _estimated_minutes(path: Path) -> tuple[float, float]:
             "tools/estimate_study.py",
             str(path),
             "--from",
-            "studies/h200-both",
+            "studies/h200-8b",
             "studies/prefix-cache-h200",
         ],
         cwd=ROOT,

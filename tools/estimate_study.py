@@ -1,14 +1,15 @@
 """How much machine time a study needs, job by job, before it runs: the figure a config header quotes and a stretch
 of lent GPU time is planned with.
 
-A measuring job's time is its server's start-up, warm-up (per cell), probes, its measurements (cells x repetitions
-to max_repetitions, each of at least min_measurement_s plus the time a measurement costs beyond that) and the
-server's stop; a side job (runtime loading, prefix caching) is a start-up and its work. Start-ups and overheads
-are taken from finished jobs of the same engine under --from STUDY_DIR (their facts' timing and measurement
-counts), else stated defaults; the low figure assumes every cell stops at ``repetitions`` and a start as fast as
-the median one, the high one ``max_repetitions`` and the slowest start seen (the first start on a fresh machine
-compiles kernels). Bursts are assumed shorter than a measurement's minimum (true for 128-token bursts of a 2B
-model on an H200; a much bigger model or longer outputs lengthen a measurement).
+A measuring job's time (method v2) is its server's start-up, warm-up (one burst per cell), its cycles and the
+server's stop; a cycle is one burst of every cell (condition x burst size x streamed or not), so it lasts the
+sum of its bursts plus the harness's work between them. Cycles go from ``repetitions`` (the low figure) to
+``max_repetitions`` or ``max_measuring_s`` seconds of bursts, whichever comes first (the high figure). A side job
+(runtime loading, prefix caching) is a start-up and its work. Start-ups, a burst's duration per burst size and the
+work between bursts are taken from finished jobs of the same engine under --from STUDY_DIR (their facts' timing
+and their bursts), else stated defaults; the low figure takes the median start, the high one the slowest start
+seen (the first start on a fresh machine compiles kernels). A study of a bigger model or longer outputs than the
+calibrating one has longer bursts than its timings say.
 
 With --left STUDY_DIR, the jobs already saved there and still current for the config (those that
 ``dev/study_results.py restore`` would put back) are listed as done and left out of the total: what the next
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -38,6 +40,7 @@ sys.path.insert(0, str(ROOT / "workflow"))
 from lorabench.config import load_file, prefix_cache_servers, runtime_load_servers  # noqa: E402
 from lorabench.io import read_json  # noqa: E402
 from lorabench.job import ServerJob, server_job  # noqa: E402
+from lorabench.measure.cycles import cycle_cells  # noqa: E402
 
 # Per job kind: files kept as they are, files kept compressed (.gz), the per-request records, the facts file.
 JOBS = {
@@ -86,7 +89,13 @@ def stale_load(load: dict, config: dict | None) -> str:
 
 
 # Used where no finished job of the engine was given: seconds, rounded from the H200 studies under studies/.
-DEFAULTS = {"start_s": 120.0, "first_start_s": 160.0, "warmup_per_cell_s": 1.2, "overhead_per_measurement_s": 0.45}
+DEFAULTS = {
+    "start_s": 160.0,
+    "first_start_s": 200.0,
+    "warmup_per_cell_s": 1.2,
+    "between_bursts_s": 0.02,
+    "burst_s": 1.0,
+}
 DEFAULT_SIDE_WORK_S = 60.0
 STOP_S = 10.0
 
@@ -97,16 +106,26 @@ class Timings:
 
     starts: list[float] = field(default_factory=list)
     warmup_per_cell: list[float] = field(default_factory=list)
-    overhead_per_measurement: list[float] = field(default_factory=list)
+    between_bursts: list[float] = field(default_factory=list)  # the harness's work between two bursts
     stops: list[float] = field(default_factory=list)
     side_work: list[float] = field(default_factory=list)
+    bursts: dict[int, list[float]] = field(default_factory=dict)  # one burst's wall time, by burst size
+
+    def burst_s(self, size: int) -> tuple[float, float, bool]:
+        """(typical, worst, measured) wall time of one burst of ``size`` requests: the measured sizes' own, or
+        the nearest measured size's."""
+        if not self.bursts:
+            return DEFAULTS["burst_s"], DEFAULTS["burst_s"], False
+        near = min(self.bursts, key=lambda b: (abs(b - size), -b))
+        vals = self.bursts[near]
+        return statistics.median(vals), statistics.quantiles(vals, n=10)[-1] if len(vals) > 1 else vals[0], True
 
     def figure(self, name: str) -> tuple[float, float, bool]:
         """(typical, worst, measured) for one figure; ``measured`` False where the default stands in."""
         values = {
             "start_s": self.starts,
             "warmup_per_cell_s": self.warmup_per_cell,
-            "overhead_per_measurement_s": self.overhead_per_measurement,
+            "between_bursts_s": self.between_bursts,
             "stop_s": self.stops,
             "side_work_s": self.side_work,
         }[name]
@@ -140,15 +159,17 @@ def calibrate(study_dirs: list[Path]) -> dict[str, Timings]:
                 continue
             rows = [json.loads(x) for x in (facts_path.parent / "measurements.jsonl").read_text().splitlines() if x]
             measured = [r for r in rows if not r.get("warmup")]
-            cells = {(r["condition"], r["burst"]) for r in measured}
             if not measured:
                 continue
+            warm = {r["measurement_id"] for r in rows if r.get("warmup")}
+            n_bursts = sum(int(r.get("n_bursts") or 1) for r in measured)
             t = out.setdefault(facts["engine"], Timings())
             t.starts.extend(facts.get("readiness_starts_s") or [facts["readiness_s"]])
-            t.warmup_per_cell.append(timing.get("warmup_s", 0.0) / len(cells))
-            min_s = (facts.get("measurement") or {}).get("min_measurement_s", 0.0)
-            per = (timing["measuring_s"] + timing.get("between_s", 0.0) + timing.get("probes_s", 0.0)) / len(measured)
-            t.overhead_per_measurement.append(max(0.0, per - min_s))
+            t.warmup_per_cell.append(timing.get("warmup_s", 0.0) / max(1, len(warm)))
+            t.between_bursts.append((timing.get("between_s", 0.0) + timing.get("probes_s", 0.0)) / n_bursts)
+            for r in measured:
+                if r.get("burst_s") and r.get("n_errors") == 0:
+                    t.bursts.setdefault(int(r["burst"]), []).append(r["burst_s"] / int(r.get("n_bursts") or 1))
             t.stops.append(timing.get("stop_s", STOP_S))
         for kind, name in (("runtime_load", "load.json"), ("prefix_cache", "prefix.json")):
             for path in sorted(sdir.glob(f"{kind}/*/{name}")):
@@ -178,20 +199,25 @@ class Estimate:
 
 
 def measuring(job: ServerJob, t: Timings) -> Estimate:
-    cells = len(job.conditions) * len(job.bursts)
+    cells = cycle_cells(job.conditions, job.bursts, job.stream)
     start, start_hi, m1 = t.figure("start_s")
     warm, _, m2 = t.figure("warmup_per_cell_s")
-    over, over_hi, m3 = t.figure("overhead_per_measurement_s")
+    between, between_hi, m3 = t.figure("between_bursts_s")
     stop, _, m4 = t.figure("stop_s")
-    per, per_hi = job.min_measurement_s + over, job.min_measurement_s + over_hi
-    fixed = warm * cells + stop
-    lo = job.server_starts * start + fixed + cells * job.repetitions * per
-    hi = job.server_starts * start_hi + fixed + cells * job.max_repetitions * per_hi
-    reps = (
-        f"{job.repetitions}" if job.max_repetitions == job.repetitions else f"{job.repetitions}-{job.max_repetitions}"
+    figures = [t.burst_s(c.burst) for c in cells]
+    cycle = sum(f[0] for f in figures)
+    cycle_hi = sum(f[1] for f in figures)
+    fixed = warm * len(cells) + stop
+    lo = job.server_starts * start + fixed + job.repetitions * (cycle + len(cells) * between)
+    # at most max_repetitions cycles, and no cycle begins after max_measuring_s seconds of bursts
+    cycles_hi = min(max(job.max_repetitions, job.repetitions), math.ceil(job.max_measuring_s / cycle_hi) + 1)
+    cycles_hi = max(cycles_hi, job.repetitions)
+    hi = job.server_starts * start_hi + fixed + cycles_hi * (cycle_hi + len(cells) * between_hi)
+    reps = f"{job.repetitions}" if cycles_hi == job.repetitions else f"{job.repetitions}-{cycles_hi}"
+    what = f"{len(cells)} cells x {reps} cycles of ~{cycle:.0f} s"
+    return Estimate(
+        job.server_id, job.server.engine, what, lo, hi, m1 and m2 and m3 and m4 and all(f[2] for f in figures)
     )
-    what = f"{cells} cells x {reps} measurements of >= {job.min_measurement_s:g} s"
-    return Estimate(job.server_id, job.server.engine, what, lo, hi, m1 and m2 and m3 and m4)
 
 
 def side(job: ServerJob, t: Timings, kind: str) -> Estimate:
