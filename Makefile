@@ -46,7 +46,7 @@ test-fast: $(STAMP)
 	$(BIN)/pytest -q -m "not slow"
 
 # A study's machine time, job by job, before it runs (docs/gpu.md): timed from the finished jobs saved under the
-# study folders FROM (default: none, stated defaults).  make estimate CONFIG=config/gpu-h200-both.yaml FROM=studies/h200-both
+# study folders FROM (default: none, stated defaults).  make estimate CONFIG=config/gpu-h200-8b.yaml FROM=studies/h200-8b
 CONFIG ?= config/config.yaml
 FROM ?=
 estimate: $(STAMP)
