@@ -354,6 +354,7 @@ SPREAD_KINDS = {
     "measurements": "whole measurements differ while the bursts inside each agree (a state lasting a measurement)",
     "bursts": "bursts vary inside measurements",
     "too few": "too few measurements for a narrower interval",
+    "cycles": "bursts differ from one cycle to the next (method v2: one burst per cycle)",
 }
 
 

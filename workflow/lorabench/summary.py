@@ -297,8 +297,8 @@ def spread_sources(clean: pd.DataFrame) -> dict[str, float | None]:
 def spread_reason(row: dict[str, Any]) -> tuple[str, str, str | None]:
     """Why a cell's 95 % interval stayed wider than its target, from its own measurements: whole measurements
     that differ (a state lasting a measurement) or bursts that vary inside them, and the recorded telemetry that
-    moves with throughput most, where one does. Returns the kind (``measurements``, ``bursts``, ``too few``), the
-    sentence, and that telemetry's name (None where none moves with it)."""
+    moves with throughput most, where one does. Returns the kind (``measurements``, ``bursts``, ``cycles``,
+    ``too few``), the sentence, and that telemetry's name (None where none moves with it)."""
     between, burst = row.get("between_sd_pct"), row.get("burst_sd_pct")
     n = int(row.get("throughput_n") or 0)
     if between is None:
@@ -311,6 +311,9 @@ def spread_reason(row: dict[str, Any]) -> tuple[str, str, str | None]:
     elif burst is not None:
         kind = "bursts"
         why = f"bursts vary inside measurements (±{burst:.1f} % per measurement from its bursts alone)"
+    elif row.get("cycles"):
+        kind = "cycles"
+        why = f"bursts differ from one cycle to the next (±{between:.1f} % around their median)"
     else:
         kind = "measurements"
         why = f"measurements differ (±{between:.1f} % between them)"
