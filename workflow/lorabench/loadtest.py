@@ -33,11 +33,11 @@ from .job import JobInputs, ServerJob, read_inputs
 from .loadgen.client import CompletionRequest, RequestRecord, make_session, run_burst, run_concurrency
 from .loadgen.workload import set_key
 from .measure.cycles import Cell, Progress, Targets, cycle_cells, cycles_per_start, run_cycles
+from .median import outliers_below
 from .metrics import MetricsSampler, summarize_samples
 from .nvml import GpuBusy, gpu_busy_for
 from .resources import GpuTelemetry, HostTelemetry, gpu_memory, group_rss_mib, machine_facts, proc_stat
 from .server import ManagedServer, ServerStartError, free_port, study_api_key, terminate_on_signals
-from .stats import outliers_below
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from ..stats import MedianInterval
+from ..median import MedianInterval
 from .paired import CycleKey, PairedRatio
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 A cycle holds one burst of every cell of the server, so two cells' bursts of one cycle were taken seconds apart:
 a slow spell of the host or the GPU that outlasts a cycle slows both and cancels in their ratio. A comparison's
 figure is the median of the per-cycle ratios, with the distribution-free 95 % interval of that median
-(``stats.MedianInterval``); its width in points (100 x the larger distance from the median to an end) is what the
+(``median.MedianInterval``); its width in points (100 x the larger distance from the median to an end) is what the
 stop rule holds against its target.
 """
 
@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..stats import MedianInterval
+from ..median import MedianInterval
 
 CycleKey = tuple[int, int]  # (server start, cycle)
 
