@@ -1,9 +1,10 @@
 """Headroom: how many streamed tokens per second our client ingests on one core.
 
-A local server (lorabench.testing, in its own process on the other core) streams OpenAI-style completion events
-as fast as it can; the client, pinned to one core, runs bursts against it and counts every event's arrival time
-exactly as in a measurement. Target: at least 100,000 tokens/s, so the client never limits a GPU measurement.
-With --profile it prints where the client spends its time.
+A local fake server (tests/support/fake_server.py: test support, not part of the product package; in its own
+process on the other core) streams OpenAI-style completion events as fast as it can; the client, pinned to one
+core, runs bursts against it and counts every event's arrival time exactly as in a measurement. Target: at least
+100,000 tokens/s, so the client never limits a GPU measurement. With --profile it prints where the client spends
+its time.
 
 usage: .venv/bin/python benchmarks/headroom.py [--burst 64] [--tokens 2048] [--rounds 5] [--profile]
 """
@@ -20,10 +21,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflow"))
+sys.path.insert(0, str(ROOT))  # for tests.support: the fake server lives with the tests, outside the package
 
 from lorabench.loadgen.client import CompletionRequest, make_session, run_burst  # noqa: E402
-from lorabench.testing import start_in_process  # noqa: E402
+from tests.support.fake_server import start_in_process  # noqa: E402
 
 
 def main() -> int:

@@ -17,7 +17,9 @@ from .test_pipeline_e2e import copy_repo, snakemake
 
 pytestmark = pytest.mark.slow
 
-TOY = '''"""A toy engine: the fault-injection server of lorabench.testing behind the Engine interface."""
+# The toy engine's server is the test-support fake server, run as a script from the copy's tests/support/ (it is
+# no part of the product package).
+TOY = '''"""A toy engine: the fault-injection server of tests/support/fake_server.py behind the Engine interface."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ class Toy(Engine):
     name = "toy"
 
     def command(self, spec: ServerSpec, host: str, port: int) -> list[str]:
-        return [spec.python, "-m", "lorabench.testing", "--host", host, "--port", str(port)]
+        return [spec.python, FAKE_SERVER, "--host", host, "--port", str(port)]
 
     def request_model(self, spec: ServerSpec, adapter: str | None) -> str:
         return spec.served_name if adapter in (None, "base") else adapter
@@ -49,7 +51,8 @@ class Toy(Engine):
 
 def test_a_new_engine_is_one_module(tmp_path: Path):
     work = copy_repo(tmp_path / "w")
-    (work / "workflow/lorabench/engines/toy.py").write_text(TOY)  # the only file added or changed
+    toy = TOY.replace("FAKE_SERVER", repr(str(work / "tests/support/fake_server.py")))
+    (work / "workflow/lorabench/engines/toy.py").write_text(toy)  # the only file added or changed
     cfg = copy.deepcopy(yaml.safe_load((ROOT / "config/config.yaml").read_text()))
     cfg.update(
         study="toy",

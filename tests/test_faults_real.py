@@ -1,6 +1,6 @@
 """Faults a user meets with real vLLM (CPU build) servers: a port already taken, a runtime load of a path that
-does not exist, a request without the server's API key. Uses the engine environment, model and adapters of the
-default study (the session's `study` fixture)."""
+does not exist (refused, 404), a request without the server's API key. Uses the engine environment, model and
+adapters of the default study (the session's `study` fixture)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import lorabench.loadtest as loadtest
 from lorabench.engines import ServerSpec, get_engine
 from lorabench.io import read_json
 from lorabench.loadgen.client import make_session
-from lorabench.loadtest import AdapterIgnored, canary, engine_server
+from lorabench.loadtest import canary, engine_server
 from lorabench.runtime_load import load_adapter
 from lorabench.server import ServerStartError
 
@@ -67,13 +67,15 @@ def test_runtime_load_of_a_missing_path_is_caught_and_a_keyless_request_refused(
         async with make_session(2, srv.api_key) as s:
             await canary(s, srv.base_url, engine, spec, ["a"])  # a real adapter passes
             _t, status, text = await load_adapter(s, srv.base_url, engine, "ghost", ghost, {"ghost": ghost})
-            if status == 200:  # answered as loaded: the canary must not let it through
-                with pytest.raises(AdapterIgnored):
-                    await canary(s, srv.base_url, engine, spec, ["ghost"])
             return keyless, status, text
 
     with srv:
         srv.wait_ready(300)
         keyless, status, text = asyncio.run(go())
     assert keyless == 401
-    assert status >= 400 or status == 200  # either refused outright or caught by the canary above
+    # vLLM loads a runtime adapter when asked (/v1/load_lora_adapter preloads it into the engine): reading the
+    # missing adapter_config.json raises FileNotFoundError in the worker, answered as LoRAAdapterNotFoundError,
+    # 404 (vllm/lora/worker_manager.py, vllm/entrypoints/openai/models/serving.py); the message's path may be
+    # masked (sanitize_message writes /tmp/... as <path>).
+    assert status == 404, (status, text)
+    assert "Loading lora ghost failed: No adapter found for " in text and "NotFoundError" in text, text

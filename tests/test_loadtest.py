@@ -10,7 +10,10 @@ from lorabench.engines import ServerSettings
 from lorabench.job import ServerJob
 from lorabench.loadgen.client import CompletionRequest, make_session
 from lorabench.loadtest import send
-from lorabench.testing import start_in_process
+
+from .support.fake_server import start_in_process
+
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,8 @@ from lorabench.loadgen.client import RequestRecord, make_session
 from lorabench.loadtest import Measurer, measurement_row
 from lorabench.measure.cycles import Cell, cycle_cells
 from lorabench.stats import MedianInterval, outliers_below, reached_target
-from lorabench.testing import start_in_process
+
+from .support.fake_server import start_in_process
 
 FIX = Path(__file__).parent / "fixtures" / "cpu-run"
 STAB = json.loads((FIX / "stability-lora-2-ab8.json").read_text())
@@ -221,6 +222,7 @@ def _measured_rows(job, url: str, monkeypatch) -> list[dict]:
         return asyncio.run(run())
 
 
+@pytest.mark.integration
 def test_cycles_stop_at_target_or_maximum(url, monkeypatch):
     loose = _measured_rows(_measurer_job(repetitions=2, max_repetitions=9, target_ci_pct=1000.0), url, monkeypatch)
     tight = _measured_rows(_measurer_job(repetitions=2, max_repetitions=7, target_ci_pct=1e-9), url, monkeypatch)
@@ -231,6 +233,7 @@ def test_cycles_stop_at_target_or_maximum(url, monkeypatch):
     assert [r["stream"] for r in tight[:4]] == [False, True, True, False]  # rotated by one place each cycle
 
 
+@pytest.mark.integration
 def test_a_cell_that_keeps_failing_still_stops_at_the_maximum(monkeypatch):
     proc, port = start_in_process(fault="http500", fault_all=True)
     try:

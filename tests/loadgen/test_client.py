@@ -7,7 +7,10 @@ import asyncio
 import pytest
 
 from lorabench.loadgen.client import CompletionRequest, make_session, run_burst, run_concurrency, send_request
-from lorabench.testing import start_in_process
+
+from ..support.fake_server import start_in_process
+
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")

@@ -1,1 +1,2 @@
-"""Load generation: request sets (``workload``), the streaming client (``client``) and load shapes (``shapes``)."""
+"""Load generation: request sets (``workload``) and the streaming client (``client``) with its two load shapes,
+one burst (``run_burst``) and bounded concurrency, optionally paced and cut at a duration (``run_concurrency``)."""

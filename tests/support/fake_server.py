@@ -1,6 +1,9 @@
-"""A local OpenAI-style streaming server for what a real engine cannot do on demand: inject faults (HTTP errors,
-cut streams, short completions, stalls) and stream tokens as fast as possible (client headroom benchmark).
-Never used for measurements of engines."""
+"""A fake OpenAI-style streaming server for what a real engine cannot do on demand: inject faults (HTTP errors,
+cut streams, short completions, stalls) and stream tokens as fast as possible (benchmarks/headroom.py measures the
+client against it). Test support only, outside the product package: never used for measurements of engines.
+
+Imported as ``tests.support.fake_server`` (the repository root on sys.path), or run as a script:
+``python tests/support/fake_server.py --port N``."""
 
 from __future__ import annotations
 
@@ -146,8 +149,8 @@ def start_in_process(**kwargs: Any) -> tuple[Any, int]:
 
 
 def main() -> None:
-    """``python -m lorabench.testing --port N``: the fault-injection server as a process of its own (what a toy
-    engine module starts in the plug-in test)."""
+    """``python tests/support/fake_server.py --port N``: the fault-injection server as a process of its own (what
+    a toy engine module starts in the plug-in test)."""
     import argparse
 
     ap = argparse.ArgumentParser(description=main.__doc__)
