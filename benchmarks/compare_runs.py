@@ -2,12 +2,15 @@
 two medians' 95 % intervals allow (lorabench.stats.ratio_span, as the report computes it: with fewer than nine
 repetitions an interval is the range); two runs agree on a row when the spans overlap. Prints one line per row,
 then whether every row agrees, the widest interval of each run and the largest difference between the medians.
+Where a summary.json lies beside each summary.csv (method v2), the comparisons within each server, paired per
+cycle, are compared the same way.
 
 usage: .venv/bin/python benchmarks/compare_runs.py RUN1/summary.csv RUN2/summary.csv
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -50,7 +53,38 @@ def main(a_path: str, b_path: str) -> int:
         f"run 1 ±{a.width.max():.1f} %, run 2 ±{b.width.max():.1f} %; "
         f"largest difference of the medians {diff:.1f} points"
     )
-    return 0 if agree_all else 1
+    paired_ok = paired(Path(a_path).with_name("summary.json"), Path(b_path).with_name("summary.json"))
+    return 0 if agree_all and paired_ok else 1
+
+
+def paired(a_json: Path, b_json: Path) -> bool:
+    """The comparisons within each server of two runs (summary.json ``comparisons``): agree where spans overlap."""
+    if not a_json.exists() or not b_json.exists():
+        return True
+    key = lambda c: (c["server"], c["condition"], c["reference"], c["burst"])  # noqa: E731
+    a = {key(c): c for c in json.loads(a_json.read_text()).get("comparisons") or []}
+    b = {key(c): c for c in json.loads(b_json.read_text()).get("comparisons") or []}
+    common = sorted(set(a) & set(b))
+    if not common:
+        return True
+    print(f"\nwithin each server, paired per cycle:\n{'server':<10} {'comparison':<18} {'burst':>5}  "
+          f"{'run 1 [interval]':<24} {'run 2 [interval]':<24} agree")  # fmt: skip
+    ok, diffs = True, []
+    for k in common:
+        x, y = a[k], b[k]
+        agree = not (x["ratio_hi_pct"] < y["ratio_lo_pct"] or y["ratio_hi_pct"] < x["ratio_lo_pct"])
+        ok &= agree
+        diffs.append(abs(x["ratio_pct"] - y["ratio_pct"]))
+        print(
+            f"{k[0]:<10} {k[1] + ' vs ' + k[2]:<18} {k[3]:>5}  "
+            f"{x['ratio_pct']:+6.1f}% [{x['ratio_lo_pct']:+.1f}, {x['ratio_hi_pct']:+.1f}]".ljust(55)
+            + f" {y['ratio_pct']:+6.1f}% [{y['ratio_lo_pct']:+.1f}, {y['ratio_hi_pct']:+.1f}]".ljust(25)
+            + f" {'yes' if agree else 'NO'}"
+        )
+    widths = [max(c["halfwidth_points"] for c in run.values()) for run in (a, b)]
+    print(f"\nevery paired comparison agrees: {'yes' if ok else 'no'}; widest run 1 ±{widths[0]:.1f}, run 2 "
+          f"±{widths[1]:.1f} points; largest difference of the medians {max(diffs):.1f} points")  # fmt: skip
+    return ok
 
 
 if __name__ == "__main__":
