@@ -4,7 +4,7 @@
 rule model_build:
     input:
         arch=config["model"].get("architecture") or [],
-        code=code("model"),
+        code=code_of("model_build.py"),
     output:
         weights=directory("results/model/weights"),
         manifest="results/model/manifest.json",
@@ -21,7 +21,7 @@ rule model_build:
 rule adapter_build:
     input:
         manifest=rules.model_build.output.manifest,
-        code=code("adapters"),
+        code=code_of("adapter_build.py"),
     output:
         weights=directory("results/adapters/{adapter}"),
         manifest="results/adapters/{adapter}.json",
@@ -35,7 +35,7 @@ rule adapter_build:
 
 rule workload_requests:
     input:
-        code=code("loadgen"),
+        code=code_of("workload_requests.py"),
     output:
         requests="results/workload/requests.json",
     log:

@@ -16,6 +16,7 @@ os.environ.update(
     )
 )
 
+from lorabench.code_inputs import import_closure  # noqa: E402
 from lorabench.config import (  # noqa: E402
     ConfigError,
     detect_hardware,
@@ -51,17 +52,11 @@ def _rel(p):
         return str(p)
 
 
-def code(*names):
-    """Package modules a rule runs, as inputs, so editing them reruns exactly the rules that use them."""
-    out = []
-    for name in names:
-        p = PKG / name
-        if p.is_dir():
-            out += sorted(str(f) for f in p.glob("*.py"))
-        else:
-            out.append(str(p.with_suffix(".py")) if p.suffix != ".py" else str(p))
-    out.append(str(PKG / "io.py"))
-    return sorted({_rel(f) for f in out})
+def code_of(script):
+    """The package modules the rule script ``workflow/scripts/SCRIPT`` imports, transitively (its import closure,
+    read by lorabench.code_inputs), as the rule's ``code`` inputs: editing one reruns exactly the rules whose
+    scripts run it, and no list kept by hand drifts from the imports."""
+    return [_rel(f) for f in import_closure(SCRIPTS / script, PKG)]
 
 
 def env_params(wildcards):

@@ -4,7 +4,7 @@
 rule engine_env:
     input:
         requirements=env_inputs,
-        code=code("envs"),
+        code=code_of("engine_env.py"),
     output:
         info="results/envs/{engine}.json",
         freeze="results/envs/{engine}.freeze.txt",

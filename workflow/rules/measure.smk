@@ -4,18 +4,7 @@
 rule server_loadtest:
     input:
         unpack(server_inputs),
-        code=code(
-            "loadtest",
-            "job",
-            "server",
-            "metrics",
-            "resources",
-            "engines",
-            "loadgen",
-            "harness",
-            "device",
-            "stats",
-        ),
+        code=code_of("server_loadtest.py"),
     output:
         measurements="results/servers/{server}/measurements.jsonl",
         records="results/servers/{server}/records.jsonl",
@@ -38,19 +27,7 @@ rule server_loadtest:
 rule runtime_load:
     input:
         unpack(server_inputs),
-        code=code(
-            "runtime_load",
-            "loadtest",
-            "job",
-            "server",
-            "metrics",
-            "resources",
-            "engines",
-            "loadgen",
-            "harness",
-            "device",
-            "stats",
-        ),
+        code=code_of("runtime_load.py"),
     output:
         load="results/runtime_load/{server}/load.json",
         records="results/runtime_load/{server}/records.jsonl",
@@ -68,17 +45,7 @@ rule runtime_load:
 rule prefix_cache:
     input:
         unpack(server_inputs),
-        code=code(
-            "prefix_cache",
-            "loadtest",
-            "job",
-            "server",
-            "resources",
-            "engines",
-            "loadgen",
-            "harness",
-            "device",
-        ),
+        code=code_of("prefix_cache.py"),
     output:
         prefix="results/prefix_cache/{server}/prefix.json",
         records="results/prefix_cache/{server}/records.jsonl",

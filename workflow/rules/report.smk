@@ -4,8 +4,8 @@
 rule summary_aggregate:
     input:
         **summary_inputs(),
-        # runtime_load: its figures are recomputed from each load.json's cycles
-        code=code("summary", "stats", "runtime_load", "job"),
+        # with runtime_load: its figures are recomputed from each load.json's cycles
+        code=code_of("summary_aggregate.py"),
     output:
         measurements="results/summary/measurements.csv",
         summary="results/summary/summary.csv",
@@ -31,7 +31,7 @@ rule queues_summary:
         records=expand(
             "results/servers/{server}/records.jsonl", server=sorted(config["servers"])
         ),
-        code=code("queues", "stats", "engines"),
+        code=code_of("queues_summary.py"),
     output:
         queues="results/queues/queues.json",
     log:
@@ -53,7 +53,7 @@ rule claims_evaluate:
         ),
         # the source's architecture, for claims about its adapter sizes
         reference_arch="config/models/qwen3-1.7b.json",
-        code=code("claims", "stats", "adapters", "queues"),
+        code=code_of("claims_evaluate.py"),
     output:
         verdicts="results/claims/verdicts.json",
     log:
@@ -75,7 +75,7 @@ rule report_render:
         ),
         envs=expand("results/envs/{engine}.json", engine=sorted(config["engines"])),
         templates=sorted(_rel(p) for p in TEMPLATES.glob("*")),
-        code=code("report", "plots", "provenance", "stats", "queues"),
+        code=code_of("report_render.py"),
     output:
         html="results/report/index.html",
         provenance="results/report/provenance.json",
@@ -125,7 +125,7 @@ rule bundle_archive:
         ),
         model=rules.model_build.output.manifest,
         requests=rules.workload_requests.output.requests,
-        code=code("bundle"),
+        code=code_of("bundle_archive.py"),
     output:
         bundle=f"results/bundle/{STUDY}.tar.gz",
     log:
