@@ -2,8 +2,8 @@
 two medians' 95 % intervals allow (lorabench.stats.ratio_span, as the report computes it: with fewer than nine
 repetitions an interval is the range); two runs agree on a row when the spans overlap. Prints one line per row,
 then whether every row agrees, the widest interval of each run and the largest difference between the medians.
-Where a summary.json lies beside each summary.csv (method v2), the comparisons within each server, paired per
-cycle, are compared the same way.
+Where a summary.json (or a comparisons.json holding its ``comparisons``) lies beside each summary.csv (method v2),
+the comparisons within each server, paired per cycle, are compared the same way.
 
 usage: .venv/bin/python benchmarks/compare_runs.py RUN1/summary.csv RUN2/summary.csv
 """
@@ -53,8 +53,13 @@ def main(a_path: str, b_path: str) -> int:
         f"run 1 ±{a.width.max():.1f} %, run 2 ±{b.width.max():.1f} %; "
         f"largest difference of the medians {diff:.1f} points"
     )
-    paired_ok = paired(Path(a_path).with_name("summary.json"), Path(b_path).with_name("summary.json"))
+    paired_ok = paired(_comparisons_file(Path(a_path)), _comparisons_file(Path(b_path)))
     return 0 if agree_all and paired_ok else 1
+
+
+def _comparisons_file(summary_csv: Path) -> Path:
+    full = summary_csv.with_name("summary.json")
+    return full if full.exists() else summary_csv.with_name("comparisons.json")
 
 
 def paired(a_json: Path, b_json: Path) -> bool:
