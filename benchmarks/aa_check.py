@@ -66,7 +66,7 @@ def report(folder: Path) -> tuple[list[str], bool]:
         )
         if widths:
             lines.append(
-                f"  {server}: its other {len(widths)} comparisons ±{widths[0]:.1f} to ±{widths[-1]:.1f} points"
+                f"  {server}: its other comparisons ({len(widths)}) ±{widths[0]:.1f} to ±{widths[-1]:.1f} points"
             )
     return lines, ok
 
