@@ -139,7 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("engine", choices=sorted(PINNED))
     ap.add_argument("--list", action="store_true", help="print the kit's pins and stop")
-    ap.add_argument("--part-mb", type=int, default=44, help="largest part (MiB); a device call carries one")
+    ap.add_argument(
+        "--part-mb",
+        type=int,
+        default=36,
+        help="largest part (MiB); a device call carries one with the tree (25 MiB in 2026-12), under 64 MiB",
+    )
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "gpu", help="the lab's GPU notes")
     args = ap.parse_args(argv)
     if args.list:
