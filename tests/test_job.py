@@ -71,3 +71,19 @@ def test_a_bad_params_key_is_named():
     del d["server"]["max_lora"], d["server"]["served_name"]
     with pytest.raises(ValueError, match="missing key.*server.served_name"):
         ServerJob.from_dict(d)
+
+
+def test_study_settings_take_their_defaults_from_the_schema():
+    import yaml
+
+    from lorabench.config import SCHEMA
+    from lorabench.job import study_settings
+
+    props = yaml.safe_load(SCHEMA.read_text())["properties"]
+    server = server_job(CFG, "lora-2", "cpu").server
+    bare = ServerJob(server=server)
+    normalized = {"max_repetitions", "harness"}  # 0 means exactly `repetitions`; the harness's own defaults filled
+    for name in set(study_settings()) - normalized:
+        assert getattr(bare, name) == props[name]["default"], name  # one source of defaults: the schema
+    assert bare.max_repetitions == props["repetitions"]["default"] and props["max_repetitions"]["default"] == 0
+    assert bare.load is not ServerJob(server=server).load  # a fresh copy each time

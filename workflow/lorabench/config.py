@@ -5,6 +5,8 @@ Errors name the offending key (``servers.lora-2.engine``) so a user can fix the 
 
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import json
 import os
@@ -61,12 +63,25 @@ def _bool_keys(node: Any, where: str = "") -> list[str]:
     return found
 
 
+@functools.cache
+def _schema() -> dict[str, Any]:
+    return dict(yaml.safe_load(SCHEMA.read_text()))
+
+
+def schema_default(key: str) -> Any:
+    """The default of a top-level config key, as the schema gives it (the one place defaults are written)."""
+    props = _schema()["properties"]
+    if key not in props or "default" not in props[key]:
+        raise KeyError(f"{SCHEMA.name}: top-level key {key!r} has no default")
+    return copy.deepcopy(props[key]["default"])
+
+
 def validate_schema(config: dict[str, Any]) -> None:
     """Check types and keys against the schema and fill defaults in place."""
     bool_keys = _bool_keys(config)
     if bool_keys:
         raise ConfigError("invalid config:\n  " + "\n  ".join(bool_keys))
-    schema = yaml.safe_load(SCHEMA.read_text())
+    schema = _schema()
     validator = _fill_defaults(jsonschema.Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:

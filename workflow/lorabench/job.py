@@ -12,21 +12,26 @@ the schema plus one field of ``ServerJob`` marked ``study()``. Both are read fro
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, server_adapters
+from .config import ConfigError, schema_default, server_adapters
 from .engines import get_engine
 from .engines.base import ServerSettings, ServerSpec, server_settings
 from .harness import settings as harness_settings
 from .io import read_json, verify_manifest_files
 
 
-def study(**kw: Any) -> Any:
-    """A field read from the top level of the study config by its own name (the same for every server)."""
-    return field(metadata={"study": True}, **kw)
+def study(name: str) -> Any:
+    """A field read from the top level of the study config by its own name (the same for every server), its
+    default the schema's (config.schema_default: defaults are written once, in the schema)."""
+    value = schema_default(name)
+    if isinstance(value, dict | list):
+        return field(metadata={"study": True}, default_factory=lambda: copy.deepcopy(value))
+    return field(metadata={"study": True}, default=value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,21 +63,20 @@ class ServerJob:
     conditions: list[str] = field(default_factory=list)
     reference: str = ""  # the condition the others are compared with, paired per cycle (empty: the first)
     bursts: list[int] = field(default_factory=list)
-    repetitions: int = study(default=10)  # at least this many cycles (one burst of every cell each)
-    max_repetitions: int = study(default=0)  # cycles go on up to this many until the targets are met (0: exactly
-    # ``repetitions``)
-    target_points: float = study(default=3.0)  # ... until every paired comparison's 95 % interval is within ± this
-    target_ci_pct: float = study(default=3.0)  # ... and, on a server without comparisons, every cell's interval
-    max_measuring_s: float = study(default=600.0)  # ... or this many seconds of bursts
-    stream: str = study(default="both")  # throughput from non-streamed bursts, TTFT/ITL from streamed ones
-    warmup_bursts: int = study(default=1)
-    outlier_fraction: float = study(default=0.75)  # bursts below this x their cell's median count as slow
-    server_starts: int = study(default=1)  # the server starts this many times in turn, cycles spread over them
-    request_timeout_s: float = study(default=300.0)
-    readiness_timeout_s: float = study(default=600.0)
-    metrics_interval_s: float = study(default=0.5)
-    load: dict[str, Any] = study(default_factory=lambda: {"shape": "burst"})
-    harness: dict[str, str] = study(default_factory=dict)
+    repetitions: int = study("repetitions")  # at least this many cycles (one burst of every cell each)
+    max_repetitions: int = study("max_repetitions")  # cycles go on up to this many until the targets are met
+    target_points: float = study("target_points")  # ... until every paired comparison is within ± this
+    target_ci_pct: float = study("target_ci_pct")  # ... and, on a server without comparisons, every cell
+    max_measuring_s: float = study("max_measuring_s")  # ... or this many seconds of bursts
+    stream: str = study("stream")  # throughput from non-streamed bursts, TTFT/ITL from streamed ones
+    warmup_bursts: int = study("warmup_bursts")
+    outlier_fraction: float = study("outlier_fraction")  # bursts below this x their cell's median count as slow
+    server_starts: int = study("server_starts")  # the server starts this many times in turn, cycles spread over them
+    request_timeout_s: float = study("request_timeout_s")
+    readiness_timeout_s: float = study("readiness_timeout_s")
+    metrics_interval_s: float = study("metrics_interval_s")
+    load: dict[str, Any] = study("load")
+    harness: dict[str, str] = study("harness")
     shuffle_seed: int = 0  # the workload's seed: the measurement order
     hardware: str = ""  # "cpu" or "gpu"; detected when empty
     runnable: bool = True  # False: the engine needs a GPU this machine lacks
