@@ -93,3 +93,17 @@ def test_earlier_server_starts_share_the_minimum_cycles():
     t = Targets(min_cycles=10, max_cycles=40, target_points=1.0, target_ci_pct=1.0, max_measuring_s=60)
     assert cycles_per_start(t, 1) == [None]
     assert cycles_per_start(t, 3) == [4, 8, None]
+
+
+def test_burst_scaling_pairs_the_largest_burst_with_the_smallest_per_cycle():
+    from lorabench.summary import burst_scaling
+
+    drift = [1.0, 1.4, 0.7, 1.1, 0.9, 1.2, 1.0]
+    rows = [
+        {"server": "s", "condition": "a", "burst": b, "status": "ok",
+         "throughput_by_cycle": by_time([(0, c, tok * d) for c, d in enumerate(drift)])}
+        for b, tok in ((4, 100.0), (8, 180.0), (16, 300.0))
+    ]  # fmt: skip
+    (row,) = burst_scaling(rows)
+    assert (row["burst"], row["reference_burst"], row["pairs"]) == (16, 4, 7)
+    assert (row["ratio_pct"], row["ratio_lo_pct"], row["ratio_hi_pct"]) == pytest.approx((200.0, 200.0, 200.0))

@@ -428,6 +428,25 @@ def paired_comparisons(rows: list[dict[str, Any]], facts: dict[str, dict[str, An
     return out
 
 
+def burst_scaling(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Within each server job and condition, the throughput at its largest burst against its smallest, paired per
+    cycle (stats.ratio_span): how much a larger batch of the same mix gains."""
+    out = []
+    by_cell = {(r["server"], r["condition"], r["burst"]): r for r in rows if r.get("status") == "ok"}
+    for server, cond in sorted({(s, c) for s, c, _ in by_cell}):
+        bursts = sorted(b for s, c, b in by_cell if (s, c) == (server, cond))
+        if len(bursts) < 2:
+            continue
+        big, small = by_cell[(server, cond, bursts[-1])], by_cell[(server, cond, bursts[0])]
+        span = ratio_span(big, small)
+        if span is None:
+            continue
+        out.append({"server": server, "condition": cond, "burst": bursts[-1], "reference_burst": bursts[0],
+                    "ratio_pct": span[0], "ratio_lo_pct": span[1], "ratio_hi_pct": span[2],
+                    "pairs": len(paired_ratios(big, small))})  # fmt: skip
+    return out
+
+
 def _cell_rows(facts: dict[str, dict[str, Any]], mdf: pd.DataFrame, conditions: dict[str, Any]) -> pd.DataFrame:
     """One row per server x condition x burst that the servers' configs list, with its statistics where it was
     measured (summarize_cell) and a status that says why where it was not."""
@@ -572,6 +591,7 @@ def aggregate(
         ],
         "engine_comparison": engine_comparison([_record(r) for r in sdf.to_dict("records")]),
         "comparisons": paired_comparisons([_record(r) for r in sdf.to_dict("records")], facts),
+        "burst_scaling": burst_scaling([_record(r) for r in sdf.to_dict("records")]),
         "facts": [_record(r) for r in fdf.to_dict("records")],
         "server_facts_raw": facts,
         "runtime": runtime,
