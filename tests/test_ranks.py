@@ -44,7 +44,7 @@ def _rows(r64: float, spread: float = 5.0) -> list[dict]:
 
 
 def test_cost_per_rank_and_headroom():
-    t = rank_rows(_rows(700), ADAPTERS)
+    t = rank_rows(_rows(700), ADAPTERS, "base")
     cost = {(r["server"], r["condition"]): r for r in t["cost"]}
     assert cost[("rank64", "r64")]["pct"] == pytest.approx(-30.0)
     assert "beyond our spread" in cost[("rank64", "r64")]["finding"]
@@ -52,7 +52,10 @@ def test_cost_per_rank_and_headroom():
     (h,) = t["headroom"]
     assert (h["condition"], h["small_rank"], h["big_rank"]) == ("r8", 8, 64)
     assert h["pct"] == pytest.approx(100 * (850 / 900 - 1))
-    assert rank_rows([_row("s", "base", 1, 0, 8), _row("s", "r8", 1, 0, 8)], ADAPTERS) == {"cost": [], "headroom": []}
+    assert rank_rows([_row("s", "base", 1, 0, 8), _row("s", "r8", 1, 0, 8)], ADAPTERS, "base") == {
+        "cost": [],
+        "headroom": [],
+    }
 
 
 @pytest.mark.parametrize(

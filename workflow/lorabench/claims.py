@@ -636,6 +636,7 @@ def evaluate(claims: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]
                 "verdict": verdict,
                 "why": why,
                 "evidence": evidence,
+                **({"finding": claim["finding"]} if claim.get("finding") else {}),
             }
         )
     return out
@@ -664,7 +665,21 @@ def load_claims(path: str | Path) -> list[dict[str, Any]]:
         for key in ("id", "source", "section", "statement", "claimed", "measure", "rule"):
             if key not in c:
                 raise ValueError(f"{path}: claim {c.get('id', '?')} lacks '{key}'")
+        if "finding" in c and not isinstance(c["finding"], str):
+            raise ValueError(
+                f"{path}: claim {c['id']}: finding must be the key of a report finding, not {c['finding']!r}"
+            )
     return claims
+
+
+def finding_links(claims: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """The claims each report finding carries, by the finding's key: every claim (registry entry or verdict) that
+    names it under ``finding``, in registry order."""
+    links: dict[str, list[str]] = {}
+    for c in claims:
+        if c.get("finding"):
+            links.setdefault(c["finding"], []).append(c["id"])
+    return links
 
 
 def evaluate_file(

@@ -44,7 +44,9 @@ def throughput_by_condition(rows: list[dict[str, Any]], out: Path, burst: int) -
     return out
 
 
-def slot_cliff(rows: list[dict[str, Any]], out: Path) -> Path | None:
+def slot_cliff(rows: list[dict[str, Any]], out: Path, skip: str | None = None) -> Path | None:
+    """Throughput against slots per engine, condition and burst, for each measured on servers of two or more slot
+    counts; the condition ``skip`` (the base model's: it uses no slot) left out."""
     rows = [
         r
         for r in rows
@@ -58,7 +60,7 @@ def slot_cliff(rows: list[dict[str, Any]], out: Path) -> Path | None:
             (r for r in rows if (r["engine"], r["condition"], r["burst"]) == (engine, cond, burst)),
             key=lambda r: r["max_loras"],
         )
-        if len(sel) < 2 or cond == "base":
+        if len(sel) < 2 or cond == skip:
             continue
         ax.plot(
             [r["max_loras"] for r in sel],

@@ -12,16 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import yaml
 
 from . import plots, provenance, stats
+from .claims import finding_links
+from .config import schema_default
 from .io import read_json, write_json, write_text_atomic
 from .job import server_job
 from .queues import cliff_sentence
+from .roles import adapter_set, role_conditions
 from .summary import thread_bound
 
 log = logging.getLogger(__name__)
-# Peak memory bandwidth (bytes/s) by GPU name fragment, from vendor data sheets; used for the roofline bound.
-GPU_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12, "L40S": 0.864e12, "A10": 0.6e12}
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
@@ -37,12 +39,33 @@ def fmt_spread(r: dict[str, Any]) -> str:
     )
 
 
-def roofline(rows: list[dict[str, Any]], facts: list[dict[str, Any]], model: dict[str, Any]) -> None:
-    """Add the memory-bandwidth bound on decode tokens/s (batch = burst, weights read once per step)."""
+def gpu_bandwidths(path: str | Path) -> list[tuple[str, float]]:
+    """Peak memory bandwidth (bytes/s) by GPU name fragment, in the order matched, from the hardware file
+    (config ``hardware_specs``: ``gpus``, each with ``match`` and ``memory_bandwidth_gb_s``)."""
+    gpus = (yaml.safe_load(Path(path).read_text()) or {}).get("gpus") or []
+    out = []
+    for i, g in enumerate(gpus):
+        if not isinstance(g, dict) or not isinstance(g.get("match"), str):
+            raise ValueError(f"{path}: gpus[{i}] lacks 'match' (a part of the device name)")
+        bw = g.get("memory_bandwidth_gb_s")
+        if isinstance(bw, bool) or not isinstance(bw, (int, float)) or bw <= 0:
+            raise ValueError(f"{path}: gpus[{i}].memory_bandwidth_gb_s: {bw!r} is not a positive number")
+        out.append((g["match"], float(bw) * 1e9))
+    return out
+
+
+def roofline(
+    rows: list[dict[str, Any]],
+    facts: list[dict[str, Any]],
+    model: dict[str, Any],
+    bandwidths: list[tuple[str, float]],
+) -> None:
+    """Add the memory-bandwidth bound on decode tokens/s (batch = burst, weights read once per step); the GPU's
+    bandwidth is that of the first entry of ``bandwidths`` (gpu_bandwidths) whose name fragment its device has."""
     dev = {f["server"]: (f.get("device") or "") for f in facts}
     weight_bytes = (model.get("parameters") or 0) * DTYPE_BYTES.get(model.get("dtype") or "bfloat16", 2)
     for r in rows:
-        bw = next((b for k, b in GPU_BANDWIDTH.items() if k in dev.get(r["server"], "")), None)
+        bw = next((b for k, b in bandwidths if k in dev.get(r["server"], "")), None)
         if bw and weight_bytes and r.get("burst"):
             r["roofline_tok_s"] = r["burst"] * bw / weight_bytes
             if r.get("throughput_median"):
@@ -62,9 +85,13 @@ def render_report(
     templates: Path,
     checkout: Path,
     queues_path: str | None = None,
+    hardware_path: str | Path | None = None,
 ) -> None:
     """Render the report from a study's summary, verdicts and manifests with the Jinja2 ``templates`` folder;
-    the provenance records the commit of the lorabench ``checkout`` that renders it."""
+    the provenance records the commit of the lorabench ``checkout`` that renders it. The GPU figures of the
+    roofline come from ``hardware_path`` (default: the config's ``hardware_specs``); which condition answers which
+    finding from the conditions' roles (roles.py), the claims of each finding from the verdicts (their registry's
+    ``finding``)."""
     summary = read_json(summary_path)
     queues = read_json(queues_path) if queues_path else {"servers": [], "cliffs": []}
     for c in queues.get("cliffs", []):
@@ -78,7 +105,10 @@ def render_report(
     for old in out_dir.glob("*.png"):
         old.unlink()
     rows = summary["rows"]
-    roofline(rows, summary["facts"], model)
+    roofline(
+        rows, summary["facts"], model, gpu_bandwidths(hardware_path or _config_file(config, "hardware_specs", checkout))
+    )
+    base = role_conditions(config).get("base")
     figures = []
     for burst in sorted({r["burst"] for r in rows}):
         p = plots.throughput_by_condition(rows, out_dir / f"throughput_burst{burst}.png", burst)
@@ -90,21 +120,21 @@ def render_report(
                     "bars are medians, whiskers min-max over repetitions.",
                 }
             )
-    slot_fig = plots.slot_cliff(rows, out_dir / "slot_cliff.png")
+    slot_fig = plots.slot_cliff(rows, out_dir / "slot_cliff.png", skip=base)
     ttft_fig = plots.latency_spread(
         summary.get("measurements", []), out_dir / "ttft.png", "ttft_median_ms", "TTFT median (ms)"
     )
     itl_fig = plots.latency_spread(
         summary.get("measurements", []), out_dir / "itl.png", "itl_median_ms", "ITL median (ms)"
     )
-    adapter_conditions = [c for c in config.get("conditions", {}) if c != "base"]
+    adapter_conditions = [c for c in config.get("conditions", {}) if c != base]
     queue_fig = plots.queue_traces(queues, out_dir / "queues.png", adapter_conditions)
     queue_rows = [
         {**{k: v for k, v in c.items() if k != "traces"}, "server": s["server"], "max_loras": s.get("max_loras")}
         for s in sorted(queues.get("servers", []), key=lambda s: (s["engine"], s.get("max_loras") or 0, s["server"]))
         if s.get("lora") and s.get("status") == "ok"
         for c in s["cells"]
-        if c["condition"] != "base"
+        if c["condition"] != base
     ]
     many_rows = many_adapter_rows(rows, queues, config.get("conditions", {}))
     many_fig = plots.adapter_scaling(many_rows, out_dir / "many_adapters.png")
@@ -138,7 +168,7 @@ def render_report(
         queue_rows=queue_rows,
         queue_fig=queue_fig.name if queue_fig else None,
         many_rows=many_rows,
-        ranks=rank_rows(rows, adapters),
+        ranks=rank_rows(rows, adapters, base),
         many_fig=many_fig.name if many_fig else None,
         scaling_verdicts=[c for c in verdicts["claims"] if c["measure"]["kind"] == "adapter_scaling"],
         prov=prov,
@@ -151,6 +181,8 @@ def render_report(
             summary.get("prefix_cache", []),
             summary.get("facts", []),
             summary.get("comparisons", []),
+            config=config,
+            links=finding_links(verdicts["claims"]),
         ),
         measurement=next(
             (f["measurement"] for f in summary.get("server_facts_raw", {}).values() if f.get("measurement")),
@@ -165,6 +197,13 @@ def render_report(
     log.info("report: %s (%d rows, %d claims)", out_html, len(rows), len(verdicts["claims"]))
 
 
+def _config_file(config: dict[str, Any], key: str, checkout: Path) -> Path:
+    """A file the config names (its default from the schema, for a config saved before the key existed): as the
+    path reads from the working directory, else in the ``checkout`` (a report re-rendered from a bundle)."""
+    name = config.get(key) or schema_default(key)
+    return Path(name) if Path(name).exists() else checkout / name
+
+
 def _config_measurement(config: dict[str, Any]) -> dict[str, Any]:
     """How the config asks its servers to be measured, for a report none of whose servers has measured yet."""
     servers = list(config.get("servers") or {})
@@ -176,10 +215,13 @@ def _config_measurement(config: dict[str, Any]) -> dict[str, Any]:
         return {}
 
 
-def rank_rows(rows: list[dict[str, Any]], adapters: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Cost per rank and targets: each one-adapter condition against the same server's base model, and the cost
-    of rank headroom: the same condition on servers of one engine started with different max_lora_rank (the
-    larger over the smaller). Empty unless the study varies rank, targets or max_lora_rank."""
+def rank_rows(
+    rows: list[dict[str, Any]], adapters: list[dict[str, Any]], base_condition: str | None
+) -> dict[str, list[dict[str, Any]]]:
+    """Cost per rank and targets: each one-adapter condition against the same server's ``base_condition`` (the
+    base model's; roles.role_conditions), and the cost of rank headroom: the same condition on servers of one
+    engine started with different max_lora_rank (the larger over the smaller). Empty unless the study varies
+    rank, targets or max_lora_rank."""
     man = {a["name"]: a for a in adapters}
     ok = [r for r in rows if r.get("status") == "ok" and r.get("throughput_median") and r.get("lora")]
     single = [r for r in ok if len(r.get("adapters", "").split("|")) == 1 and r.get("adapters") in man]
@@ -192,7 +234,11 @@ def rank_rows(rows: list[dict[str, Any]], adapters: list[dict[str, Any]]) -> dic
     cost = []
     for r in single:
         base = next(
-            (b for b in ok if b["server"] == r["server"] and b["burst"] == r["burst"] and b["condition"] == "base"),
+            (
+                b
+                for b in ok
+                if b["server"] == r["server"] and b["burst"] == r["burst"] and b["condition"] == base_condition
+            ),
             None,
         )
         a = man[r["adapters"]]
@@ -313,14 +359,11 @@ def _finding(key: str, question: str, what: str, pairs: list[tuple[int, Any, Any
     return {"key": key, "question": question, "answer": f"{what}: {'; '.join(parts)} ({verdict})"}
 
 
-# The source's questions, each answered from this run's rows, with the claims that carry the verdicts.
-FINDING_CLAIMS = {
-    "enable": ("s6-lora-enabled-free", "s7-lora-enabled-free"),
-    "adapter": ("s6-adapter-cost-range", "s7-adapter-cost-b48"),
-    "slots": ("s6-slot-shortage-half", "s7-slot-shortage-56pct", "s41-sgl-slot-cliff"),
-    "runtime": ("s5-runtime-load-time", "s5-after-load-same-speed", "s7-adapter-deploy-seconds"),
-    "prefix": ("open-prefix-cache-per-adapter", "op-prefix-cache-reuse"),
-}
+COUNT_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+
+def _count(n: int) -> str:
+    return COUNT_WORDS[n] if 0 <= n < len(COUNT_WORDS) else str(n)
 
 
 def _runtime_answer(rt: dict[str, Any]) -> str:
@@ -489,10 +532,14 @@ def findings(
     prefix: list[dict[str, Any]] | None = None,
     facts: list[dict[str, Any]] | None = None,
     comparisons: list[dict[str, Any]] | None = None,
+    config: dict[str, Any] | None = None,
+    links: dict[str, list[str]] | None = None,
 ) -> list[dict]:
     """What the run answers, first: the cost of enabling LoRA, of one adapter, of too few slots, of runtime
     loading, and the engine comparison. Each answer names the rows it comes from and says whether the difference
-    is beyond our span (stats.ratio_span: paired by time within one server job)."""
+    is beyond our span (stats.ratio_span: paired by time within one server job). The conditions compared are the
+    ``config``'s of role base, one-adapter and over-slots (roles.role_conditions; without a config, none); each
+    finding carries the claims ``links`` gives its key (claims.finding_links: the registry's ``finding``)."""
     ok = [r for r in rows if r.get("status") == "ok" and r.get("throughput_median")]
     found: list[dict[str, Any] | None] = []
     st = stability(rows)
@@ -506,23 +553,28 @@ def findings(
     bound = [r for r in ok if r.get("throughput_bound") or r.get("latency_bound")]
     if bound:
         found.append({"key": "bound", "question": "do these figures measure the engine?", "answer": _bound_answer(ok)})
+    picks = role_conditions(config) if config else {}
+    base, one, over = picks.get("base"), picks.get("one-adapter"), picks.get("over-slots")
     for engine in sorted({r["engine"] for r in ok}):
         eng = [r for r in ok if r["engine"] == engine]
         bursts = sorted({r["burst"] for r in eng})
-        on, off = _cell(eng, bursts[0], True, "base"), _cell(eng, bursts[0], False, "base")
-        if on and off:
-            pairs = [(b, _cell(eng, b, True, "base"), _cell(eng, b, False, "base")) for b in bursts]
-            what = f"base-model requests on {on['server']} vs {off['server']}"
-            found.append(_finding("enable", f"{engine}: what does merely enabling LoRA cost?", what, pairs))
-        if on:
-            pairs = [(b, _cell(eng, b, True, "a"), _cell(eng, b, True, "base")) for b in bursts]
-            what = f"adapter a vs base on {on['server']}"
-            found.append(_finding("adapter", f"{engine}: what does serving one adapter cost?", what, pairs))
-        few, many = _cell(eng, bursts[0], True, "abc"), _cell(eng, bursts[0], True, "abc", most_slots=True)
-        if few and many and few.get("max_loras") != many.get("max_loras"):
-            pairs = [(b, _cell(eng, b, True, "abc"), _cell(eng, b, True, "abc", most_slots=True)) for b in bursts]
-            what = f"three adapters (abc) on {few['max_loras']} slots vs {many['max_loras']} slots"
-            found.append(_finding("slots", f"{engine}: what do too few adapter slots cost?", what, pairs))
+        if base:
+            on, off = _cell(eng, bursts[0], True, base), _cell(eng, bursts[0], False, base)
+            if on and off:
+                pairs = [(b, _cell(eng, b, True, base), _cell(eng, b, False, base)) for b in bursts]
+                what = f"base-model requests on {on['server']} vs {off['server']}"
+                found.append(_finding("enable", f"{engine}: what does merely enabling LoRA cost?", what, pairs))
+            if on and one:
+                pairs = [(b, _cell(eng, b, True, one), _cell(eng, b, True, base)) for b in bursts]
+                what = f"adapter {one} vs {base} on {on['server']}"
+                found.append(_finding("adapter", f"{engine}: what does serving one adapter cost?", what, pairs))
+        if over and config:
+            few, many = _cell(eng, bursts[0], True, over), _cell(eng, bursts[0], True, over, most_slots=True)
+            if few and many and few.get("max_loras") != many.get("max_loras"):
+                pairs = [(b, _cell(eng, b, True, over), _cell(eng, b, True, over, most_slots=True)) for b in bursts]
+                n = _count(len(adapter_set(config["conditions"][over])))
+                what = f"{n} adapters ({over}) on {few['max_loras']} slots vs {many['max_loras']} slots"
+                found.append(_finding("slots", f"{engine}: what do too few adapter slots cost?", what, pairs))
     out: list[dict[str, Any]] = [f for f in found if f]
     out += _side_findings(runtime, "runtime", "how fast is loading an adapter at run time?", _runtime_answer)
     out += _side_findings(prefix or [], "prefix", "is the prefix cache kept separate per adapter?", _prefix_answer)
@@ -533,5 +585,5 @@ def findings(
         a = f"{len(diffs)} of {len(comparison)} paired rows differ beyond the spread; median ratio {med:+.1f}%"
         out.append({"key": "engines", "question": f"{c0['b_engine']} against {c0['a_engine']}", "answer": a})
     for f in out:
-        f["claims"] = list(FINDING_CLAIMS.get(f["key"], ()))
+        f["claims"] = list((links or {}).get(f["key"], ()))
     return out

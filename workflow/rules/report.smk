@@ -52,7 +52,7 @@ rule claims_evaluate:
             "results/adapters/{adapter}.json", adapter=sorted(config["adapters"])
         ),
         # the source's architecture, for claims about its adapter sizes
-        reference_arch="config/models/qwen3-1.7b.json",
+        reference_arch=config["reference_architecture"],
         code=code_of("claims_evaluate.py"),
     output:
         verdicts="results/claims/verdicts.json",
@@ -75,6 +75,8 @@ rule report_render:
         ),
         envs=expand("results/envs/{engine}.json", engine=sorted(config["engines"])),
         templates=sorted(_rel(p) for p in TEMPLATES.glob("*")),
+        # GPU figures for the roofline bound
+        hardware=config["hardware_specs"],
         code=code_of("report_render.py"),
     output:
         html="results/report/index.html",

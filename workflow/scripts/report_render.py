@@ -19,6 +19,7 @@ render_report(
     out_html=Path(sm.output.html),
     out_provenance=Path(sm.output.provenance),
     queues_path=sm.input.queues,
+    hardware_path=sm.input.hardware,
     templates=Path(sm.params.checkout) / "report" / "templates",  # the rule's templates input
     checkout=Path(sm.params.checkout),
 )

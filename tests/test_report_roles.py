@@ -1,0 +1,165 @@
+"""Study vocabulary from config, never from code: the findings pick their conditions by role (roles.py), their
+claims from the registry's ``finding`` links, the roofline its GPU figures from config/hardware.yaml."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from lorabench.claims import evaluate, finding_links, load_claims
+from lorabench.config import ConfigError, load_and_check
+from lorabench.io import read_json
+from lorabench.report import findings, gpu_bandwidths, rank_rows, roofline
+from lorabench.roles import condition_roles, derived_role, role_conditions
+
+from .conftest import FIXTURES, ROOT
+
+RUN = FIXTURES / "cpu-run"
+DEFAULT = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+RENAME = {"base": "plain", "a": "solo", "ab": "duo", "ab-base": "duo-plain", "abc": "trio"}
+LINKS = finding_links(load_claims(ROOT / "config" / "claims.yaml"))
+
+
+def renamed(cfg: dict) -> dict:
+    """The default study with every condition renamed (RENAME), nothing else changed."""
+    cfg = copy.deepcopy(cfg)
+    cfg["conditions"] = {RENAME[k]: v for k, v in cfg["conditions"].items()}
+    for s in cfg["servers"].values():
+        s["conditions"] = [RENAME[c] for c in s["conditions"]]
+    cfg["baseline"]["condition"] = RENAME[cfg["baseline"]["condition"]]
+    return cfg
+
+
+def fixture_findings(cfg: dict, rename: dict[str, str] | None = None) -> list[dict]:
+    summary = read_json(RUN / "summary.json")
+    rows = summary["rows"]
+    for r in rows:
+        r["condition"] = (rename or {}).get(r["condition"], r["condition"])
+    return findings(rows, summary["runtime"], [], [], summary["facts"], [], config=cfg, links=LINKS)
+
+
+def test_default_roles_are_derived_from_adapters_and_slots():
+    assert condition_roles(DEFAULT) == {
+        "base": "base",
+        "a": "one-adapter",
+        "ab": "other",  # two adapters, two slots at the fewest: enough
+        "ab-base": "other",  # a mix with the base model
+        "abc": "over-slots",  # three adapters, two slots on lora-2 and sglang-lora-2
+    }
+    assert role_conditions(DEFAULT) == {"base": "base", "one-adapter": "a", "over-slots": "abc"}
+
+
+def test_over_slots_counts_the_slots_of_the_servers_measuring_the_condition():
+    cfg = copy.deepcopy(DEFAULT)
+    for s in cfg["servers"].values():
+        if s.get("max_loras") == 2:
+            s["conditions"] = [c for c in s["conditions"] if c != "abc"]
+    assert derived_role(cfg, "abc") == "other"  # only lora-4 (4 slots) measures it
+    cfg["conditions"]["fam"] = {"family": {"name": "m", "count": 8}}
+    cfg["servers"]["lora-4"]["conditions"].append("fam")
+    assert derived_role(cfg, "fam") == "over-slots"  # 8 family members on 4 slots
+
+
+def test_findings_of_a_study_with_other_condition_names():
+    """The must-show of issue 27: conditions named plain, solo, duo, duo-plain, trio (no base, a or abc) get the
+    same findings as the default study's, on the same rows, naming their own conditions."""
+    before = {f["key"]: f for f in fixture_findings(DEFAULT)}
+    after = {f["key"]: f for f in fixture_findings(renamed(DEFAULT), RENAME)}
+    assert {"enable", "adapter", "slots", "runtime"} <= set(after)
+    assert set(after) == set(before)
+    assert after["adapter"]["answer"] == before["adapter"]["answer"].replace(
+        "adapter a vs base", "adapter solo vs plain"
+    )
+    assert after["slots"]["answer"] == before["slots"]["answer"].replace("(abc)", "(trio)")
+    assert after["enable"]["answer"] == before["enable"]["answer"]
+    assert after["adapter"]["answer"].startswith("adapter solo vs plain on lora-2: burst 4: ")
+    assert after["slots"]["answer"].startswith("three adapters (trio) on 2")
+    for key in ("enable", "adapter", "slots", "runtime"):
+        assert after[key]["claims"] == before[key]["claims"] == LINKS[key]
+
+
+def test_a_role_set_in_the_config_picks_the_condition():
+    """Two one-adapter conditions: the one whose role the config sets answers, not the first by name; a condition
+    set to other answers nothing."""
+    cfg = renamed(DEFAULT)
+    cfg["conditions"]["duo"]["role"] = "over-slots"  # two adapters: over the slots only by the config's word
+    cfg["conditions"]["trio"]["role"] = "other"
+    assert role_conditions(cfg) == {"base": "plain", "one-adapter": "solo", "over-slots": "duo"}
+    found = {f["key"]: f for f in fixture_findings(cfg, RENAME)}
+    assert found["slots"]["answer"].startswith("two adapters (duo) on 2")
+    cfg["conditions"]["solo"]["role"] = "other"
+    cfg["conditions"]["plain"]["role"] = "other"
+    assert {"enable", "adapter"}.isdisjoint(f["key"] for f in fixture_findings(cfg, RENAME))
+
+
+def test_without_a_config_no_condition_finding():
+    assert {"enable", "adapter", "slots"}.isdisjoint(f["key"] for f in fixture_findings({}))
+
+
+def test_unknown_role_is_a_schema_error_naming_the_key(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(ROOT)
+    cfg = renamed(DEFAULT)
+    cfg["conditions"]["solo"]["role"] = "single"
+    with pytest.raises(ConfigError, match=r"conditions\.solo\.role: 'single' is not one of"):
+        load_and_check(cfg)
+    cfg["conditions"]["solo"]["role"] = "one-adapter"
+    ok = load_and_check(cfg)
+    # the reference files are config keys whose defaults the schema fills
+    assert ok["reference_architecture"] == "config/models/qwen3-1.7b.json"
+    assert ok["hardware_specs"] == "config/hardware.yaml"
+
+
+def test_finding_links_come_from_the_claims_registry(tmp_path):
+    claims = load_claims(ROOT / "config" / "claims.yaml")
+    assert LINKS["enable"] == ["s6-lora-enabled-free", "s7-lora-enabled-free"]
+    assert LINKS["slots"] == ["s41-sgl-slot-cliff", "s6-slot-shortage-half", "s7-slot-shortage-56pct"]
+    # every link names a finding the report makes
+    assert set(LINKS) == {"enable", "adapter", "slots", "runtime", "prefix"}
+    # a claim moved to another finding in the registry moves in the report; verdicts carry the link
+    moved = copy.deepcopy(claims)
+    next(c for c in moved if c["id"] == "s6-lora-enabled-free")["finding"] = "adapter"
+    from lorabench.claims import Context
+
+    ctx = Context(read_json(RUN / "summary.json"), read_json(RUN / "model.json"), [])
+    verdicts = evaluate(moved, ctx)
+    links = finding_links(verdicts)
+    assert links["enable"] == ["s7-lora-enabled-free"]
+    assert links["adapter"] == ["s6-adapter-cost-range", "s6-lora-enabled-free", "s7-adapter-cost-b48"]
+    summary = read_json(RUN / "summary.json")
+    found = {f["key"]: f for f in findings(summary["rows"], [], [], [], [], [], config=DEFAULT, links=links)}
+    assert found["enable"]["claims"] == ["s7-lora-enabled-free"]
+    bad = tmp_path / "claims.yaml"
+    bad.write_text(yaml.safe_dump({"claims": [{**claims[0], "finding": ["enable"]}]}))
+    with pytest.raises(ValueError, match="finding must be the key of a report finding"):
+        load_claims(bad)
+
+
+def test_roofline_takes_its_gpu_figures_from_the_hardware_file(tmp_path):
+    bw = gpu_bandwidths(ROOT / "config" / "hardware.yaml")
+    assert dict(bw)["H200"] == 4.8e12
+    model = {"parameters": 1_000_000_000, "dtype": "bfloat16"}
+    rows = [{"server": s, "burst": 4, "throughput_median": 100.0} for s in ("x", "y", "z")]
+    facts = [{"server": "x", "device": "NVIDIA A100-SXM4-80GB"}, {"server": "y", "device": "NVIDIA A10"},
+             {"server": "z", "device": "cpu"}]  # fmt: skip
+    roofline(rows, facts, model, bw)
+    assert rows[0]["roofline_tok_s"] == 4 * 2.0e12 / 2e9  # A100, not A10 (listed first)
+    assert rows[1]["roofline_tok_s"] == 4 * 0.6e12 / 2e9
+    assert "roofline_tok_s" not in rows[2]
+    other = tmp_path / "hw.yaml"
+    other.write_text("gpus:\n  - {match: A10, memory_bandwidth_gb_s: 1000}\n")
+    rows = [{"server": "y", "burst": 1}]
+    roofline(rows, facts, model, gpu_bandwidths(other))
+    assert rows[0]["roofline_tok_s"] == 1e12 / 2e9
+    other.write_text("gpus:\n  - {match: A10, memory_bandwidth_gb_s: fast}\n")
+    with pytest.raises(ValueError, match=r"gpus\[0\]\.memory_bandwidth_gb_s"):
+        gpu_bandwidths(other)
+
+
+def test_rank_costs_are_taken_against_the_base_condition_by_its_role():
+    from .test_ranks import ADAPTERS, _rows
+
+    rows = [{**r, "condition": "plain" if r["condition"] == "base" else r["condition"]} for r in _rows(700)]
+    cost = {(r["server"], r["condition"]): r for r in rank_rows(rows, ADAPTERS, "plain")["cost"]}
+    assert cost[("rank64", "r64")]["pct"] == pytest.approx(-30.0)
