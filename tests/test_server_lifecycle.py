@@ -113,7 +113,7 @@ def test_readiness_deadline_stops_the_server(tmp_path: Path, built_inputs: Path)
 def test_interrupted_run_stops_the_server_and_leaves_no_complete_looking_result(tmp_path: Path, built_inputs: Path):
     work = small_study(tmp_path, built_inputs)
     cfg = yaml.safe_load((work / "config/config.yaml").read_text())
-    cfg["repetitions"] = 400
+    cfg.update(repetitions=400, max_measuring_s=3600)  # cycles that outlast the test
     (work / "config/config.yaml").write_text(yaml.safe_dump(cfg))
     proc = subprocess.Popen(
         [SNAKEMAKE, "--cores", "1"],
@@ -174,7 +174,7 @@ def test_killed_job_leaves_no_server_and_the_run_resumes_one_server_at_a_time(tm
 def long_study(tmp_path: Path, built: Path) -> Path:
     work = small_study(tmp_path, built)
     cfg = yaml.safe_load((work / "config/config.yaml").read_text())
-    cfg["repetitions"] = 400
+    cfg.update(repetitions=400, max_measuring_s=3600)  # cycles that outlast the test
     (work / "config/config.yaml").write_text(yaml.safe_dump(cfg))
     return work
 
@@ -207,7 +207,7 @@ def test_server_killed_mid_measurement_fails_the_job_and_keeps_nothing(tmp_path:
     work = long_study(tmp_path, built_inputs)
     proc = start(work)
     try:
-        wait_for(work / "logs/server_loadtest/solo.log", "[solo 2]", proc)
+        wait_for(work / "logs/server_loadtest/solo.log", "cycle 1 done", proc)
         pgid = int((work / "results/servers/solo/server.pid").read_text().split()[0])
         os.killpg(pgid, signal.SIGKILL)  # the engine dies under load
         assert proc.wait(timeout=120) != 0

@@ -16,6 +16,8 @@ during``); otherwise only the warm-up bursts were sampled in flight, and the fig
 
 from __future__ import annotations
 
+import math
+
 import statistics
 from pathlib import Path
 from typing import Any
@@ -109,8 +111,9 @@ def ttft_tails(records: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str,
     p99 over all of them, and the 95 % interval of the per-measurement p90 (the spread behind the tail)."""
     by_cell: dict[tuple[str, int], dict[str, list[float]]] = {}
     for r in records:
-        if r.get("warmup") or r.get("error") or r.get("ttft_s") is None:
-            continue
+        ttft = r.get("ttft_s")
+        if r.get("warmup") or r.get("error") or ttft is None or not math.isfinite(float(ttft)):
+            continue  # a non-streamed request (method v2's throughput bursts) has no TTFT
         by_cell.setdefault((r["condition"], int(r["burst"])), {}).setdefault(r["measurement_id"], []).append(
             1000.0 * float(r["ttft_s"])
         )
