@@ -17,7 +17,6 @@ during``); otherwise only the warm-up bursts were sampled in flight, and the fig
 from __future__ import annotations
 
 import math
-
 import statistics
 from pathlib import Path
 from typing import Any
