@@ -31,11 +31,11 @@ def test_pairing_per_cycle_cancels_drift_that_widens_each_cell():
     drift = {(0, c): 0.5 + rng.random() for c in range(12)}  # the host's speed, moving by 3x between cycles
     den = dict(drift)
     num = {k: 0.8 * v for k, v in drift.items()}
-    p = PairedRatio.of(num, den)
+    p = PairedRatio.of_pairs(num, den)
     assert p.n == 12 and p.pct == pytest.approx(-20.0) and p.halfwidth_points == pytest.approx(0.0, abs=1e-9)
     assert p.within(0.5)
     assert MedianInterval.of(list(den.values())).halfwidth_pct > 30  # unpaired, the cell alone is wide
-    assert not PairedRatio.of(dict(list(num.items())[:5]), den).within(100.0)  # five pairs: no true 95 % interval
+    assert not PairedRatio.of_pairs(dict(list(num.items())[:5]), den).within(100.0)  # five pairs: no true 95 % interval
 
 
 def test_summary_rows_pair_bursts_of_one_cycle_exactly():

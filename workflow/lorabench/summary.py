@@ -114,7 +114,7 @@ def boundness(front_end_cpu: float | None, gpu_busy_pct: float | None) -> str:
 
 
 def summarize_cell(
-    ms: pd.DataFrame, warm: pd.DataFrame | None = None, target_pct: float | None = None
+    ms: pd.DataFrame, warm: pd.DataFrame | None = None, target_pct: float | None = None, slow_below: float = 0.75
 ) -> dict[str, Any]:
     """Statistics of one server x condition x burst from its measured (non-warm-up) rows.
 
@@ -150,7 +150,8 @@ def summarize_cell(
         "throughput_total_median": total.median,
         "throughput_total_spread_pct": total.spread_pct,
         "bursts_measured": int(_col(ms, "n_bursts").fillna(1).sum()),
-        "outlier_bursts": len(outliers_below(values, 0.75))
+        # method v2: bursts below ``slow_below`` x the cell's median burst (the job's outlier_fraction)
+        "outlier_bursts": len(outliers_below(values, slow_below))
         if "cycle" in ms
         else int(_col(ms, "outlier_bursts").fillna(0).sum()),
         "measured_s": float(_col(ms, "burst_s").fillna(0).sum()),
@@ -473,8 +474,9 @@ def _cell_rows(facts: dict[str, dict[str, Any]], mdf: pd.DataFrame, conditions: 
                     measured = sel[~sel["warmup"].astype(bool)]
                     warm = sel[sel["warmup"].astype(bool)]
                     if len(measured):
-                        target = (fact.get("measurement") or {}).get("target_ci_pct")
-                        cell.update(summarize_cell(measured, warm, target))
+                        how = fact.get("measurement") or {}
+                        slow = float(how.get("outlier_fraction") or 0.75)
+                        cell.update(summarize_cell(measured, warm, how.get("target_ci_pct"), slow))
                         cell["warmup_throughput"] = float(warm["throughput_tok_s"].median()) if len(warm) else None
                     else:
                         cell["status"] = "missing: no measurements"

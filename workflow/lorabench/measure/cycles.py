@@ -89,7 +89,8 @@ class Progress:
             den = (self.reference, b)
             for c in self.conditions:
                 if c != self.reference:
-                    out.append(((c, b), den, PairedRatio.of(self.values.get((c, b), {}), self.values.get(den, {}))))
+                    ratio = PairedRatio.of_pairs(self.values.get((c, b), {}), self.values.get(den, {}))
+                    out.append(((c, b), den, ratio))
         return out
 
     def wide(self, t: Targets) -> list[str]:

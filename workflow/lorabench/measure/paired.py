@@ -11,25 +11,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from ..median import MedianInterval
 
 CycleKey = tuple[int, int]  # (server start, cycle)
 
 
-@dataclass(frozen=True)
-class PairedRatio:
-    """num / den over the cycles both were measured in: median ratio and its 95 % interval, as fractions."""
-
-    n: int
-    median: float
-    lo: float
-    hi: float
-    coverage: float
+class PairedRatio(MedianInterval):
+    """num / den over the cycles both were measured in: the median of the per-cycle ratios and its 95 % interval
+    (a ``MedianInterval`` of the ratios, as fractions)."""
 
     @classmethod
-    def of(cls, num: Mapping[CycleKey, float], den: Mapping[CycleKey, float]) -> PairedRatio:
+    def of_pairs(cls, num: Mapping[CycleKey, float], den: Mapping[CycleKey, float]) -> PairedRatio:
         ratios = [num[k] / den[k] for k in sorted(set(num) & set(den)) if den[k] and not math.isnan(num[k])]
         iv = MedianInterval.of(ratios)
         return cls(iv.n, iv.median, iv.lo, iv.hi, iv.coverage)
