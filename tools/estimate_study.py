@@ -210,7 +210,7 @@ def measuring(job: ServerJob, t: Timings) -> Estimate:
     fixed = warm * len(cells) + stop
     lo = job.server_starts * start + fixed + job.repetitions * (cycle + len(cells) * between)
     # at most max_repetitions cycles, and no cycle begins after max_measuring_s seconds of bursts
-    cycles_hi = min(max(job.max_repetitions, job.repetitions), math.ceil(job.max_measuring_s / cycle_hi) + 1)
+    cycles_hi = min(job.max_repetitions, math.ceil(job.max_measuring_s / cycle_hi) + 1)
     cycles_hi = max(cycles_hi, job.repetitions)
     hi = job.server_starts * start_hi + fixed + cycles_hi * (cycle_hi + len(cells) * between_hi)
     reps = f"{job.repetitions}" if cycles_hi == job.repetitions else f"{job.repetitions}-{cycles_hi}"

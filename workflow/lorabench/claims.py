@@ -528,10 +528,16 @@ def comparability(claim: dict[str, Any], ctx: Context) -> str:
         and ctx.gpu_name.split()[-1] not in claim_hw
     ):
         reasons.append(f"absolute figure measured on {claim_hw or 'other hardware'}; this run: {ctx.gpu_name}")
-    mp = scope.get("model_params")
-    if mp and ctx.model_params and abs(ctx.model_params - mp) / mp > 0.01 and not analogue(claim, ctx):
+    mp = other_model(claim, ctx)
+    if mp and not analogue(claim, ctx):
         reasons.append(f"claim's model has {mp:,} parameters; this run's has {ctx.model_params:,}")
     return "; ".join(reasons)
+
+
+def other_model(claim: dict[str, Any], ctx: Context) -> int | None:
+    """The parameter count of the claim's model where it differs from this run's by more than 1 %, else None."""
+    mp = (claim.get("scope") or {}).get("model_params")
+    return int(mp) if mp and ctx.model_params and abs(ctx.model_params - mp) / mp > 0.01 else None
 
 
 def analogue(claim: dict[str, Any], ctx: Context) -> bool:
@@ -596,8 +602,8 @@ def evaluate(claims: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]
         else:
             verdict = rule_result or "not run"
             why = note
-            mp = (claim.get("scope") or {}).get("model_params")
-            if analogue(claim, ctx) and mp and abs(ctx.model_params - mp) / mp > 0.01:
+            mp = other_model(claim, ctx)
+            if mp and analogue(claim, ctx):
                 why = (f"judged on this study's {ctx.model_params:,}-parameter model, standing in for the claim's "
                        f"{mp:,} (analogue_model)" + (f"; {note}" if note else ""))  # fmt: skip
             rule = claim["rule"]

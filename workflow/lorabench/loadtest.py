@@ -36,7 +36,7 @@ from .measure.cycles import Cell, Progress, Targets, cycle_cells, cycles_per_sta
 from .median import outliers_below
 from .metrics import MetricsSampler, summarize_samples
 from .nvml import GpuBusy, gpu_busy_for
-from .resources import GpuTelemetry, HostTelemetry, gpu_memory, group_rss_mib, machine_facts, proc_stat
+from .resources import GpuTelemetry, HostTelemetry, cpu_ticks, gpu_memory, group_rss_mib, machine_facts
 from .server import ManagedServer, ServerStartError, free_port, study_api_key, terminate_on_signals
 
 log = logging.getLogger(__name__)
@@ -365,7 +365,7 @@ class Measurer:
         mid = f"{cell_id(cell)}/{cycle}"
         t0, w0 = time.monotonic(), time.time()
         if position == 0 and self.host is not None:
-            self._cycle_start = self.host.snapshot(probe=True)
+            self._cycle_start = self.host.snapshot()
             self._cycle_rows = []
         fe0 = self._front_end_ticks()
         recs, samples = await self.one_burst(cell, mid, self.job.harness["metrics"])
@@ -383,7 +383,7 @@ class Measurer:
             row["metrics"]["gpu_busy_pct"] = self.busy.share(w0, w1)
         self._cycle_rows.append(row)
         if position == self.cycle_length - 1 and self.host is not None and self._cycle_start is not None:
-            host = self.host.window(self._cycle_start, self.host.snapshot(probe=True))
+            host = self.host.window(self._cycle_start, self.host.snapshot())
             for r in self._cycle_rows:
                 r["metrics"].update(host)
             for g in gpu_memory() or []:  # between bursts, once a cycle
@@ -395,11 +395,7 @@ class Measurer:
 
     def _front_end_ticks(self) -> int | None:
         """CPU ticks (user + system, all threads) of the server's group leader: the engine's HTTP front end."""
-        stat = proc_stat(self.host.pgid) if self.host is not None and self.host.pgid else None
-        try:
-            return int(stat[11]) + int(stat[12]) if stat else None
-        except (IndexError, ValueError):
-            return None
+        return cpu_ticks(self.host.pgid) if self.host is not None and self.host.pgid else None
 
     async def run(self, until_cycle: int | None) -> dict[str, Any]:
         """Measure on the server now serving (start ``self.instance``): the canary, the warm-up, then cycles
@@ -426,7 +422,7 @@ def job_targets(job: ServerJob) -> Targets:
     """When a job's cycles stop (``cycles.Targets``) from its settings."""
     return Targets(
         min_cycles=job.repetitions,
-        max_cycles=max(job.max_repetitions, job.repetitions),
+        max_cycles=job.max_repetitions,  # at least ``repetitions`` (ServerJob.__post_init__)
         target_points=job.target_points,
         target_ci_pct=job.target_ci_pct,
         max_measuring_s=job.max_measuring_s,

@@ -217,8 +217,7 @@ class HostTelemetry:
             best = min(best, time.perf_counter() - t0)
         return 1000 * best
 
-    def snapshot(self, probe: bool = True) -> dict[str, Any]:
-        """The counters now; ``probe``: with the CPU probe's time (a few milliseconds of work on this CPU)."""
+    def snapshot(self) -> dict[str, Any]:
         threads = self._threads()
         if self.top is None or self.top[1] not in threads:
             # before the first window: the thread with the most CPU time so far is the likeliest busiest one
@@ -231,7 +230,7 @@ class HostTelemetry:
             "threads": threads,
             "top": (top[1], self._migrations(*top)) if top else None,
             "client": self._client(),
-            **({"probe_ms": self.cpu_probe_ms()} if probe else {}),
+            "probe_ms": self.cpu_probe_ms(),
         }
 
     def window(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
