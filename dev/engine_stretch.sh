@@ -4,7 +4,8 @@
 # project outside the working tree (later calls re-lay the tree), and each finished job comes back as one archive.
 #   bash dev/engine_stretch.sh prepare CONFIG         install .whl-snake, copy the tree, build model/adapters/requests
 #   bash dev/engine_stretch.sh start CONFIG ENGINE    detached: the engine's record, then its server jobs (LoRA off
-#                                                     first, then by slot count); ONLY=REGEX keeps matching targets
+#                                                     first, then by slot count); ONLY=REGEX keeps matching targets;
+#                                                     RUNTIME=1 adds the engine's runtime-loading jobs, last
 #   bash dev/engine_stretch.sh wait SECONDS           poll until the run stops or SECONDS pass, then status
 #   bash dev/engine_stretch.sh status                 steps so far and the last cycle lines
 #   bash dev/engine_stretch.sh pack OUTDIR            one archive per finished job (records compressed), plus logs
@@ -39,7 +40,11 @@ import yaml
 c = yaml.safe_load(open('$cfg'))
 srv = [s for s, v in c['servers'].items() if v['engine'] == '$engine']
 srv.sort(key=lambda s: (c['servers'][s]['lora'], c['servers'][s].get('max_loras') or 0, s))
-print(' '.join('results/servers/%s/facts.json' % s for s in srv))")
+rl = c.get('runtime_load') or {}
+rl = rl.get('server') if isinstance(rl, dict) else None
+rl = [rl] if isinstance(rl, str) else (rl or [])
+extra = ['results/runtime_load/%s/load.json' % s for s in srv if s in rl] if '${RUNTIME:-0}' == '1' else []
+print(' '.join(['results/servers/%s/facts.json' % s for s in srv] + extra))")
     setsid nohup bash -c "
       cd '$W'
       echo \"STEP env $engine \$(date +%T)\" >> '$S/steps.log'
