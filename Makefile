@@ -34,7 +34,7 @@ study: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check workflow tests benchmarks tools dev
 	$(BIN)/ruff format --check workflow tests benchmarks tools dev
-	$(BIN)/snakefmt --check Snakefile workflow/rules
+	$(BIN)/snakefmt --check workflow/Snakefile workflow/rules
 	$(BIN)/python tools/snakemake_lint.py
 	$(BIN)/mypy
 
