@@ -1,13 +1,14 @@
 # The two commands of the README:
 #   make study   set up and run the default study (results/report/index.html)
-#   make test    set up and run lint + the whole test suite (what CI runs)
+#   make test    set up and run lint + the whole test suite (what CI runs); first installs, with apt-get as root,
+#                the Debian packages its tests need where missing (make test-deps)
 #   make test-fast  the tests that start no real server (quick; not a substitute for make test)
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: study test test-fast lint setup clean estimate
+.PHONY: study test test-deps test-fast lint setup clean estimate
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -34,11 +35,14 @@ study: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check workflow tests benchmarks tools dev
 	$(BIN)/ruff format --check workflow tests benchmarks tools dev
-	$(BIN)/snakefmt --check Snakefile workflow/rules
+	$(BIN)/snakefmt --check workflow/Snakefile workflow/rules
 	$(BIN)/python tools/snakemake_lint.py
 	$(BIN)/mypy
 
-test: lint $(BROWSER) $(SLURM)
+# The Debian packages the tests need and the study does not, each installed with apt-get (as root) if missing.
+test-deps: $(BROWSER) $(SLURM)
+
+test: lint test-deps
 	$(BIN)/pytest -v --durations=15
 
 # No real servers (tests marked slow are left out): for a quick check while editing. CI runs `make test`.

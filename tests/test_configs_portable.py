@@ -103,7 +103,7 @@ def test_dry_run_of_the_gpu_study_with_a_site_overlay_lists_every_job_without_a_
     for d in ("config", "envs"):
         shutil.copytree(ROOT / d, tmp_path / d)
     shutil.copy(OVERLAY, tmp_path / "site.yaml")
-    argv = [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "-s", str(ROOT / "Snakefile")]
+    argv = [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "-s", str(ROOT / "workflow" / "Snakefile")]
     argv += ["--configfile", "config/gpu-h200-both.yaml", "site.yaml", "--replace-workflow-config"]
     proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

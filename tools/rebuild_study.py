@@ -140,7 +140,7 @@ def link_checkout(work: Path) -> None:
 
 
 def snakemake(work: Path, config: Path, targets: list[str], rules: tuple[str, ...], force: bool) -> None:
-    cmd = [sys.executable, "-m", "snakemake", *targets, "--snakefile", str(ROOT / "Snakefile")]
+    cmd = [sys.executable, "-m", "snakemake", *targets, "--snakefile", str(ROOT / "workflow" / "Snakefile")]
     cmd += ["--cores", "1", "--scheduler", "greedy", "--configfile", str(config), "--replace-workflow-config"]
     cmd += ["--rerun-triggers", *TRIGGERS, "--allowed-rules", *rules, *(["--forcerun", *rules] if force else [])]
     proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)

@@ -4,15 +4,15 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+# workflow.basedir is the folder of workflow/Snakefile; the checkout is the folder above it.
+ROOT = Path(workflow.basedir).parent
+sys.path.insert(0, str(ROOT / "workflow"))
 # Rule scripts run in their own processes: they must import this workflow's package (the one whose files the
 # rules list as code inputs), not whichever copy happens to be installed.
 # (Set, not required from the user: so no envvars directive.)
 os.environ.update(
     PYTHONPATH=os.pathsep.join(
-        p
-        for p in (str(Path(workflow.basedir) / "workflow"), os.getenv("PYTHONPATH", ""))
-        if p
+        p for p in (str(ROOT / "workflow"), os.getenv("PYTHONPATH", "")) if p
     )
 )
 
@@ -32,9 +32,9 @@ try:
 except ConfigError as e:
     raise WorkflowError(str(e)) from None
 
-PKG = Path(workflow.basedir) / "workflow" / "lorabench"
-SCRIPTS = Path(workflow.basedir) / "workflow" / "scripts"
-TEMPLATES = Path(workflow.basedir) / "report" / "templates"
+PKG = ROOT / "workflow" / "lorabench"
+SCRIPTS = ROOT / "workflow" / "scripts"
+TEMPLATES = ROOT / "report" / "templates"
 HARDWARE = detect_hardware()
 STUDY = config["study"]
 

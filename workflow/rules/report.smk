@@ -86,7 +86,7 @@ rule report_render:
     params:
         study=STUDY,
         config=json.dumps(config, sort_keys=True),
-        checkout=_rel(workflow.basedir),
+        checkout=_rel(ROOT),
     script:
         "../scripts/report_render.py"
 

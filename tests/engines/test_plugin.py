@@ -12,8 +12,8 @@ import yaml
 
 from lorabench.io import read_json
 
-from .conftest import ROOT
-from .test_pipeline_e2e import copy_repo, snakemake
+from ..conftest import ROOT
+from ..test_pipeline_e2e import copy_repo, snakemake
 
 pytestmark = pytest.mark.slow
 
