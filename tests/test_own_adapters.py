@@ -16,7 +16,7 @@ from lorabench.model import prepare_model
 from lorabench.own_adapters import AdapterError, ModelLayers, import_adapter
 
 from .conftest import ROOT
-from .support.adapters import FAULTS, TINY_ARCH, broken, good
+from .support.adapters import FAULTS, JOB_FAULTS, TINY_ARCH, broken, good
 
 # What a manifest records about the adapter itself (the rest says where it lies or where it came from).
 SAME = (
@@ -111,7 +111,7 @@ def test_another_base_model_of_the_same_shape_is_noted(tmp_path: Path, model: di
     assert any("names its base model 'Qwen/Qwen3-1.7B'; this study's model is tiny-qwen3" in n for n in notes)
 
 
-@pytest.mark.parametrize("fault", [*FAULTS, "zero-b"])
+@pytest.mark.parametrize("fault", [*FAULTS, *JOB_FAULTS])
 def test_each_fault_stops_the_job_naming_key_and_folder(
     fault: str, tmp_path: Path, model: dict[str, Any], layers: ModelLayers
 ):
@@ -120,7 +120,7 @@ def test_each_fault_stops_the_job_naming_key_and_folder(
         run_import(src, tmp_path / "own", model, layers, **{"lora-2": 8, "lora-4": 64})
     msg = str(e.value)
     assert msg.startswith(f"adapters.own: {src}"), msg
-    expected = FAULTS.get(fault, "every lora_B weight is zero")
+    expected = {**FAULTS, **JOB_FAULTS}[fault]
     assert expected in msg, msg
     assert not (tmp_path / "own").exists()  # nothing copied, no manifest: no partial result
     if fault in ("targets", "hidden-size", "layers"):  # what the adapter was made for, beside the study's model

@@ -31,6 +31,11 @@ FAULTS = {
     "hidden-size": "most of its layers take 128 inputs, the model's hidden size is 256",
     "layers": "the adapter has layers up to 3, the model 2 (0..1): an adapter of another architecture",
 }
+# Faults seen only once the tensors are read (in the adapter's job)
+JOB_FAULTS = {
+    "zero-b": "every lora_B weight is zero: the adapter changes nothing",
+    "truncated": "adapter_model.safetensors cannot be read",
+}
 
 
 def good(dest: Path, index: int = 1, **kw: Any) -> Path:
@@ -39,7 +44,7 @@ def good(dest: Path, index: int = 1, **kw: Any) -> Path:
 
 
 def broken(fault: str, dest: Path) -> Path:
-    """An adapter folder with ``fault`` (a key of FAULTS, or 'zero-b': every lora_B zero)."""
+    """An adapter folder with ``fault`` (a key of FAULTS or JOB_FAULTS)."""
     if fault == "targets":
         return make_adapter(dest, GPT2_ARCH, targets=["c_attn"], base_name="gpt2-tiny")
     if fault == "rank":
@@ -56,6 +61,9 @@ def broken(fault: str, dest: Path) -> Path:
         (path / "adapter_config.json").write_text('{"r": 8, "target_modules": [')
     elif fault == "no-weights":
         weights.unlink()
+    elif fault == "truncated":
+        data = weights.read_bytes()
+        weights.write_bytes(data[: len(data) * 2 // 3])
     elif fault == "zero-b":  # PEFT's untrained init: the adapter changes nothing
         from safetensors.torch import load_file, save_file
 

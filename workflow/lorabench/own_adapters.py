@@ -143,9 +143,9 @@ class AdapterFolder:
         return f"{self.key} ({self.path})"
 
 
-def read_folder(key: str, path: str | Path, tensors: bool = False) -> AdapterFolder:
+def read_folder(key: str, path: str | Path) -> AdapterFolder:
     """Read an adapter folder's config and find its weights; the tensors' shapes too where they can be read
-    without loading them (safetensors), or always with ``tensors``."""
+    without loading them (safetensors)."""
     folder = Path(path)
     if not folder.is_dir():
         what = "is not a folder" if folder.exists() else "does not exist"
@@ -170,11 +170,6 @@ def read_folder(key: str, path: str | Path, tensors: bool = False) -> AdapterFol
     found = AdapterFolder(key, folder, cfg, weights)
     if weights.suffix == ".safetensors":
         found.shapes, found.dtypes = _safetensors_header(found)
-    elif tensors:
-        found.shapes, found.dtypes = {}, set()
-        for name, t in _load_tensors(weights).items():
-            found.shapes[name] = tuple(t.shape)
-            found.dtypes.add(str(t.dtype).replace("torch.", ""))
     return found
 
 
@@ -354,11 +349,13 @@ def import_adapter(
 ) -> dict[str, Any]:
     """Check an adapter folder against the built model, copy it into ``out_dir`` and return its manifest (the
     fields of a synthetic adapter's, plus where it came from)."""
-    found = read_folder(key, source, tensors=True)
-    tensors = _load_tensors(found.weights)
-    if found.shapes is None or found.weights.suffix == ".bin":
-        found.shapes = {n: tuple(t.shape) for n, t in tensors.items()}
-        found.dtypes = {str(t.dtype).replace("torch.", "") for t in tensors.values()}
+    found = read_folder(key, source)
+    try:
+        tensors = _load_tensors(found.weights)
+    except Exception as e:  # a truncated or foreign file: each loader raises its own kind
+        raise found.error(f"{found.weights.name} cannot be read: {e}") from None
+    found.shapes = {n: tuple(t.shape) for n, t in tensors.items()}
+    found.dtypes = {str(t.dtype).replace("torch.", "") for t in tensors.values()}
     notes = check_adapter(found, model, max_ranks)
     check_b_nonzero(found, tensors)
     for note in notes:
