@@ -48,10 +48,11 @@ def main(argv: list[str] | None = None) -> int:
             print(render_from_bundle(args.bundle, args.out, args.checkout))
         return 0
     if args.cmd == "check-config":
+        from .adapter_paths import check_adapter_folders
         from .config import ConfigError, load_file
 
         try:
-            load_file(args.config)
+            check_adapter_folders(load_file(args.config))
         except ConfigError as e:
             print(f"{args.config}: {e}", file=sys.stderr)
             return 2

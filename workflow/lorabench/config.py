@@ -175,12 +175,42 @@ def family_member(family: str, i: int) -> str:
     return f"{family}-{i:03d}"
 
 
+def _family_folders(fname: str, fam: dict[str, Any]) -> list[str]:
+    """The members of a family of adapters given by path: the folders inside ``path`` by name (hidden ones left
+    out), the first ``count`` where given. What they hold is checked with the other adapters given by path
+    (lorabench.adapter_paths)."""
+    root = Path(fam["path"])
+    if not root.is_dir():
+        raise ConfigError(
+            f"adapter_families.{fname}.path: {root} is not a folder (a relative path is taken from the study's "
+            "working directory)"
+        )
+    found = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not found:
+        raise ConfigError(f"adapter_families.{fname}.path: {root} holds no adapter folder")
+    count = fam.get("count") or len(found)
+    if count > len(found):
+        raise ConfigError(
+            f"adapter_families.{fname}.count: {count} is more than the {len(found)} adapter folders in {root}"
+        )
+    return [str(p) for p in found[:count]]
+
+
 def expand_families(config: dict[str, Any]) -> None:
     """Adapter families into plain adapters, and conditions naming a family into adapter lists, in place (so
     every later reader sees ordinary adapters). Running it again on its own result changes nothing."""
     adapters = config["adapters"]
     families = config.get("adapter_families") or {}
     for fname, fam in families.items():
+        if fam.get("path"):
+            folders = _family_folders(fname, fam)
+            for i, folder in enumerate(folders):
+                name = family_member(fname, i)
+                if name in adapters and adapters[name] != {"path": folder}:
+                    raise ConfigError(f"adapter_families.{fname}: member {name!r} clashes with adapters.{name}")
+                adapters[name] = {"path": folder}
+            fam["count"] = len(folders)  # what conditions' family.count is checked against
+            continue
         for i in range(fam["count"]):
             name = family_member(fname, i)
             spec = {

@@ -62,6 +62,7 @@ def collect(
                     "alpha",
                     "target_modules",
                     "seed",
+                    "source_path",
                     "trainable_parameters",
                     "bytes_on_disk",
                     "files",

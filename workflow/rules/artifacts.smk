@@ -27,10 +27,31 @@ rule adapter_build:
         manifest="results/adapters/{adapter}.json",
     log:
         "logs/adapter_build/{adapter}.log",
+    wildcard_constraints:
+        adapter=adapter_names_re(synthetic=True),
     params:
         spec=adapter_params,
     script:
         "../scripts/adapter_build.py"
+
+
+# An adapter given by path: checked against the built model, copied, described as a synthetic one is.
+rule adapter_import:
+    input:
+        manifest=rules.model_build.output.manifest,
+        source=adapter_source_files,
+        code=code_of("adapter_import.py"),
+    output:
+        weights=directory("results/adapters/{adapter}"),
+        manifest="results/adapters/{adapter}.json",
+    log:
+        "logs/adapter_import/{adapter}.log",
+    wildcard_constraints:
+        adapter=adapter_names_re(synthetic=False),
+    params:
+        spec=adapter_import_params,
+    script:
+        "../scripts/adapter_import.py"
 
 
 rule workload_requests:

@@ -1,6 +1,7 @@
 # Parse-time helpers only: config validation, input functions, parameter dicts.
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -16,6 +17,11 @@ os.environ.update(
     )
 )
 
+from lorabench.adapter_paths import (  # noqa: E402
+    adapter_key,
+    check_adapter_folders,
+    source_files,
+)
 from lorabench.code_inputs import import_closure  # noqa: E402
 from lorabench.config import (  # noqa: E402
     ConfigError,
@@ -29,6 +35,7 @@ from lorabench.job import engine_runnable, input_paths, server_job  # noqa: E402
 
 try:
     load_and_check(config)
+    check_adapter_folders(config)
 except ConfigError as e:
     raise WorkflowError(str(e)) from None
 
@@ -88,6 +95,28 @@ def env_inputs(wildcards):
 
 def adapter_params(wildcards):
     return json.dumps(config["adapters"][wildcards.adapter], sort_keys=True)
+
+
+def adapter_names_re(synthetic):
+    """The adapters built with PEFT (``synthetic``) or given by path, as a wildcard constraint for their rule."""
+    names = [
+        n for n, a in config["adapters"].items() if bool(a.get("path")) != synthetic
+    ]
+    return "|".join(re.escape(n) for n in sorted(names)) or "(?!)"
+
+
+def adapter_source_files(wildcards):
+    return [_rel(f) for f in source_files(config, wildcards.adapter)]
+
+
+def adapter_import_params(wildcards):
+    return json.dumps(
+        {
+            "path": config["adapters"][wildcards.adapter]["path"],
+            "key": adapter_key(config, wildcards.adapter),
+        },
+        sort_keys=True,
+    )
 
 
 def server_job_params(server, runtime=False, prefix=False):
