@@ -270,9 +270,15 @@ def check_existing_pythons(config: dict[str, Any], hardware: str | None = None) 
 
 
 def load_and_check(config: dict[str, Any]) -> dict[str, Any]:
+    from .loadgen.traffic import WorkloadError, check_workloads
+
     validate_schema(config)
     expand_families(config)
     check_references(config)
+    try:
+        check_workloads(config)
+    except WorkloadError as e:
+        raise ConfigError(str(e)) from None
     check_existing_pythons(config)
     return config
 

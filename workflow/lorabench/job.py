@@ -62,6 +62,8 @@ class ServerJob:
     adapters: list[str] = field(default_factory=list)  # loaded at start, by name
     conditions: list[str] = field(default_factory=list)
     reference: str = ""  # the condition the others are compared with, paired per cycle (empty: the first)
+    # conditions of another workload than the reference's: the condition of their own workload each is compared with
+    references: dict[str, str] = field(default_factory=dict)
     bursts: list[int] = field(default_factory=list)
     repetitions: int = study("repetitions")  # at least this many cycles (one burst of every cell each)
     max_repetitions: int = study("max_repetitions")  # cycles go on up to this many until the targets are met
@@ -119,6 +121,8 @@ class ServerJob:
             "conditions": list(self.conditions),
             "reference": self.reference or (self.conditions[0] if self.conditions else ""),
             "bursts": sorted(self.bursts),
+            # only where some condition is of another workload than the reference's (older facts lack the key)
+            **({"references": dict(sorted(self.references.items()))} if self.references else {}),
         }
 
     def measurement_facts(self) -> dict[str, Any]:
@@ -171,6 +175,19 @@ def reference_condition(config: dict[str, Any], conditions: list[str]) -> str:
     return base if base in conditions else conditions[0]
 
 
+def workload_references(config: dict[str, Any], conditions: list[str], reference: str) -> dict[str, str]:
+    """For each condition of another workload than ``reference``'s (conditions.X.workload), the condition of its
+    own workload it is compared with: the first of that workload the server measures (itself for that one). Two
+    conditions of different workloads ask for different requests: their ratio says nothing about the adapters."""
+    from .loadgen.traffic import workload_of
+
+    of = {c: workload_of(config["conditions"][c]) for c in conditions}
+    firsts: dict[str, str] = {}
+    for c in conditions:
+        firsts.setdefault(of[c], c)
+    return {c: firsts[of[c]] for c in conditions if of[c] != of[reference]}
+
+
 def server_job(
     config: dict[str, Any],
     server: str,
@@ -213,7 +230,8 @@ def server_job(
         engine_version=eng["version"],
         adapters=adapters,
         conditions=list(srv["conditions"]),
-        reference=reference_condition(config, list(srv["conditions"])),
+        reference=(reference := reference_condition(config, list(srv["conditions"]))),
+        references=workload_references(config, list(srv["conditions"]), reference),
         bursts=sorted(config["bursts"]),
         shuffle_seed=config["workload"]["seed"],
         hardware=hardware,

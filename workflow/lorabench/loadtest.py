@@ -31,7 +31,7 @@ from .harness import CpuPlan, confine_group, pin_self, plan_cpus, quiet_gc
 from .io import read_json, write_json, write_jsonl
 from .job import JobInputs, ServerJob, read_inputs
 from .loadgen.client import CompletionRequest, RequestRecord, make_session, run_burst, run_concurrency
-from .loadgen.workload import set_key
+from .loadgen.workload import request_shapes, set_key
 from .measure.cycles import Cell, Progress, Targets, cycle_cells, cycles_per_start, run_cycles
 from .median import outliers_below
 from .metrics import MetricsSampler, summarize_samples
@@ -47,21 +47,29 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def requests_of(
-    engine: Engine, spec: ServerSpec, rset: dict[str, Any], adapters: list[str], tag: str, ids: list[str] | None = None
+    engine: Engine,
+    spec: ServerSpec,
+    rset: dict[str, Any],
+    adapters: list[str],
+    tag: str,
+    ids: list[str] | None = None,
+    shapes: list[tuple[str, int]] | None = None,
 ) -> list[CompletionRequest]:
-    """Requests of the request set's prompt and length, one per entry of ``adapters``, named for the server."""
+    """Requests, one per entry of ``adapters``, named for the server: each with its (prompt, max_tokens) of
+    ``shapes`` where given (workload.request_shapes), else the request set's one prompt and length."""
     ids = ids or [str(i) for i in range(len(adapters))]
+    shapes = shapes or [(str(rset["prompt"]), int(rset["max_tokens"]))] * len(adapters)
     return [
         CompletionRequest(
             request_id=f"{spec.server_id}/{tag}/{rid}",
             adapter=a,
             model=engine.request_model(spec, a),
-            prompt=rset["prompt"],
-            max_tokens=int(rset["max_tokens"]),
+            prompt=prompt,
+            max_tokens=max_tokens,
             temperature=float(rset["temperature"]),
             ignore_eos=bool(rset["ignore_eos"]),
         )
-        for a, rid in zip(adapters, ids, strict=True)
+        for a, rid, (prompt, max_tokens) in zip(adapters, ids, shapes, strict=True)
     ]
 
 
@@ -69,7 +77,8 @@ def _requests_for(
     engine: Engine, spec: ServerSpec, rset: dict[str, Any], cell: Cell, tag: str
 ) -> list[CompletionRequest]:
     rows = rset["sets"][set_key(cell.condition, cell.burst)]
-    reqs = requests_of(engine, spec, rset, [r["adapter"] for r in rows], tag, [r["request_id"] for r in rows])
+    adapters, ids = [r["adapter"] for r in rows], [r["request_id"] for r in rows]
+    reqs = requests_of(engine, spec, rset, adapters, tag, ids, request_shapes(rset, rows))
     return reqs if cell.stream else [dataclasses.replace(r, stream=False) for r in reqs]
 
 
@@ -303,7 +312,9 @@ class Measurer:
 
     def __post_init__(self) -> None:
         job = self.job
-        self.progress = Progress(job.reference or job.conditions[0], list(job.conditions), list(job.bursts))
+        self.progress = Progress(
+            job.reference or job.conditions[0], list(job.conditions), list(job.bursts), dict(job.references)
+        )
 
     def _check_server(self, where: str) -> None:
         code = self.server_exit()

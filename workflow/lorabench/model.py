@@ -23,6 +23,7 @@ _WORDS = (
     "every morning it walked along the shore counting waves while people from the town asked why "
     "a model serves many adapters on one base with slots batches tokens latency throughput memory"
 ).split()
+CORPUS_WORDS = tuple(_WORDS)  # the synthetic tokenizer's corpus: one token a word (prompts of a given length use them)
 
 
 def _corpus(seed: int, n_lines: int = 4000) -> list[str]:

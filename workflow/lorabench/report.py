@@ -19,6 +19,8 @@ from .claims import finding_links
 from .config import schema_default
 from .io import read_json, write_json, write_text_atomic
 from .job import server_job
+from .loadgen.traffic import workload_of
+from .phases import workload_rows
 from .queues import cliff_sentence
 from .roles import adapter_set, role_conditions
 from .summary import thread_bound
@@ -190,6 +192,10 @@ def render_report(
         )
         or _config_measurement(config),
         conditions=summary.get("conditions", {}),
+        workloads=(workloads := workload_rows(config, rows)),
+        many_workloads=len(workloads) > 1,
+        condition_workloads={c: workload_of(v) for c, v in (config.get("conditions") or {}).items()},
+        phases=summary.get("phases") or [],
         stability=stability(rows),
         sections=sorted({c["section"] for c in verdicts["claims"]}),
     )

@@ -15,6 +15,8 @@ import pandas as pd
 from .engines.base import models_listed_ok, server_columns
 from .io import read_json, read_jsonl, write_json
 from .job import RuntimeLoad
+from .loadgen.traffic import workload_of
+from .phases import phase_costs
 from .runtime_load import load_result
 from .stats import (
     MedianInterval,
@@ -198,6 +200,27 @@ def summarize_cell(
             ]
         )
         or None,
+        # per cycle, the streamed burst's median TTFT and ITL: an adapter's prefill and decode cost, paired per cycle
+        **{
+            f"{n}_by_cycle": by_time(
+                [
+                    (int(s) if s == s else 0, int(c), float(v))
+                    for s, c, v in zip(
+                        _col(lat_clean, "server_start"),
+                        _col(lat_clean, "cycle"),
+                        _col(lat_clean, f"{n}_median_ms"),
+                        strict=True,
+                    )
+                    if c == c and v == v
+                ]
+            )
+            or None
+            for n in ("ttft", "itl")
+        },
+        # prompt tokens per request as the server's usage reported them
+        "prompt_tokens_per_request": float(_col(clean, "prompt_tokens").sum() / _col(clean, "n_ok").sum())
+        if len(clean) and _col(clean, "n_ok").sum() > 0
+        else None,
     }
     ms = tp_rows
     for col in QUEUE_COLS:
@@ -342,6 +365,13 @@ def thread_bound(row: dict[str, Any]) -> bool:
     return low is not None and not math.isnan(low) and low >= THREAD_BOUND_PCT
 
 
+def _same_workload(sdf: pd.DataFrame, ref: pd.Series) -> pd.Series:
+    """The rows of ``ref``'s workload: a ratio between two workloads' cells compares different requests."""
+    if "workload" not in sdf:
+        return pd.Series(True, index=sdf.index)
+    return sdf["workload"] == ref.get("workload")
+
+
 def _engine_baselines(sdf: pd.DataFrame) -> None:
     """The cost of merely enabling LoRA, per engine: each row against the same engine's LoRA-off server, base
     model, same burst size (median ratio, and the span the two medians' 95 % intervals allow)."""
@@ -357,6 +387,7 @@ def _engine_baselines(sdf: pd.DataFrame) -> None:
     offs = sdf[(sdf["lora"] == False) & (sdf["condition"] == "base") & (sdf["status"] == "ok")]  # noqa: E712
     for _, b in offs.iterrows():
         same = (sdf["engine"] == b["engine"]) & (sdf["burst"] == b["burst"]) & (sdf["status"] == "ok")
+        same &= _same_workload(sdf, b)
         sdf.loc[same, "engine_baseline"] = f"{b['server']}/base"
         sdf.loc[same, "ratio_to_engine_baseline_pct"] = 100 * (
             sdf.loc[same, "throughput_median"] / b["throughput_median"] - 1
@@ -404,7 +435,7 @@ def paired_comparisons(rows: list[dict[str, Any]], facts: dict[str, dict[str, An
     by_cell = {(r["server"], r["condition"], r["burst"]): r for r in rows if r.get("status") == "ok"}
     for (server, cond, burst), num in sorted(by_cell.items()):
         cfg = facts.get(server, {}).get("config") or {}
-        ref = cfg.get("reference") or (cfg.get("conditions") or [None])[0]
+        ref = (cfg.get("references") or {}).get(cond) or cfg.get("reference") or (cfg.get("conditions") or [None])[0]
         den = by_cell.get((server, ref, burst))
         if not ref or cond == ref or den is None:
             continue
@@ -419,6 +450,7 @@ def paired_comparisons(rows: list[dict[str, Any]], facts: dict[str, dict[str, An
         out.append(
             {
                 "server": server, "engine": num.get("engine"), "burst": burst, "condition": cond, "reference": ref,
+                "workload": num.get("workload"),
                 "ratio_pct": pct, "ratio_lo_pct": lo, "ratio_hi_pct": hi, "halfwidth_points": half,
                 "pairs": n, "paired_by": "cycle" if paired else ("time" if n else "unpaired"),
                 "target_points": target,
@@ -468,6 +500,7 @@ def _cell_rows(facts: dict[str, dict[str, Any]], mdf: pd.DataFrame, conditions: 
                     "condition": cond,
                     "burst": burst,
                     "adapters": "|".join(conditions.get(cond, {}).get("adapters", [])),
+                    "workload": workload_of(conditions.get(cond, {})),
                 }
                 if base["status"] == "ok" and len(mdf):
                     sel = mdf[(mdf["server"] == server) & (mdf["condition"] == cond) & (mdf["burst"] == burst)]
@@ -492,7 +525,7 @@ def _baseline_ratios(sdf: pd.DataFrame, baseline: dict[str, Any] | None) -> None
         return
     bsel = sdf[(sdf["server"] == baseline["server"]) & (sdf["condition"] == baseline["condition"])]
     for _, b in bsel.iterrows():
-        same = sdf["burst"] == b["burst"]
+        same = (sdf["burst"] == b["burst"]) & _same_workload(sdf, b)
         if b.get("throughput_median") and not math.isnan(b["throughput_median"]):
             sdf.loc[same, "ratio_to_baseline_pct"] = 100 * (
                 sdf.loc[same, "throughput_median"] / b["throughput_median"] - 1
@@ -594,6 +627,7 @@ def aggregate(
         "engine_comparison": engine_comparison([_record(r) for r in sdf.to_dict("records")]),
         "comparisons": paired_comparisons([_record(r) for r in sdf.to_dict("records")], facts),
         "burst_scaling": burst_scaling([_record(r) for r in sdf.to_dict("records")]),
+        "phases": phase_costs([_record(r) for r in sdf.to_dict("records")], facts),
         "facts": [_record(r) for r in fdf.to_dict("records")],
         "server_facts_raw": facts,
         "runtime": runtime,

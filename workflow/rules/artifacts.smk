@@ -57,13 +57,18 @@ rule adapter_import:
 rule workload_requests:
     input:
         code=code_of("workload_requests.py"),
+        # prompts of a length in tokens (or a dataset's texts) are counted with the model's tokenizer
+        model=rules.model_build.output.weights if needs_tokenizer(config) else [],
+        datasets=dataset_files(config),
     output:
         requests="results/workload/requests.json",
     log:
         "logs/workload_requests.log",
     params:
         workload=json.dumps(config["workload"], sort_keys=True),
+        workloads=json.dumps(config.get("workloads") or {}, sort_keys=True),
         conditions=json.dumps(config["conditions"], sort_keys=True),
         bursts=sorted(config["bursts"]),
+        limits=json.dumps(context_limits(config), sort_keys=True),
     script:
         "../scripts/workload_requests.py"

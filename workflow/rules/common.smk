@@ -32,6 +32,11 @@ from lorabench.config import (  # noqa: E402
     stable_hash,
 )
 from lorabench.job import engine_runnable, input_paths, server_job  # noqa: E402
+from lorabench.loadgen.traffic import (  # noqa: E402
+    context_limits,
+    dataset_files,
+    needs_tokenizer,
+)
 
 try:
     load_and_check(config)

@@ -115,6 +115,8 @@ class Engine(ABC):
     # Server flags (as ``args``) under which a completion's usage reports the prompt tokens served from the
     # prefix cache (``usage.prompt_tokens_details.cached_tokens``); empty where the engine has none.
     cached_tokens_args: ClassVar[dict[str, Any]] = {}
+    # The server flag (as ``args``) that sets the longest prompt plus output a request may have; None: the model's.
+    context_arg: ClassVar[str | None] = None
 
     @abstractmethod
     def command(self, spec: ServerSpec, host: str, port: int) -> list[str]:

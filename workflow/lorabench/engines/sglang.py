@@ -19,6 +19,7 @@ class SGLang(Engine):
     name = "sglang"
     ready_path = "/v1/models"
     server_markers = ("sglang.launch_server",)
+    context_arg = "context_length"
     metric_prefixes = (
         "sglang:num_running_reqs",
         "sglang:num_queue_reqs",

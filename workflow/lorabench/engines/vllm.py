@@ -23,6 +23,7 @@ class VLLM(Engine):
     server_markers = ("vllm.entrypoints.openai.api_server", "VLLM::EngineCor", "VLLM::Worker")
     has_cpu_adapter_cache = True
     cached_tokens_args = {"enable_prompt_tokens_details": True}
+    context_arg = "max_model_len"
     metric_prefixes = (
         "vllm:num_requests_running",
         "vllm:num_requests_waiting",

@@ -6,6 +6,9 @@ the base model) that the requests of one burst use. Assignment strategies are a 
 a Zipf law, the usual shape of per-tenant traffic, as in SGLang's "skewed" and Punica's workloads), ``uniform``
 (seeded draws, equal weights) and ``distinct`` (a seeded shuffle taken in order: every request of a burst no
 larger than the set uses a different adapter).
+
+Schema 2 (``lorabench.requests/2``) adds what each request asks for: its prompt, a reference into a table of the
+set's distinct prompts, and its ``max_tokens``, from the condition's workload (traffic.py).
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from typing import Any
+
+from .prompts import Prompt, TokenCounter
+from .traffic import DEFAULT_WORKLOAD, check_fits, length_stats, workload_of, workload_specs
 
 Assign = Callable[[dict[str, Any], int, random.Random], list[str]]
 _STRATEGIES: dict[str, Assign] = {}
@@ -74,30 +80,89 @@ def set_key(condition: str, burst: int) -> str:
     return f"{condition}/{burst}"
 
 
+REQUESTS_SCHEMA = "lorabench.requests/2"
+
+
 def build_request_set(
-    workload: dict[str, Any], conditions: dict[str, dict[str, Any]], bursts: list[int]
+    workload: dict[str, Any],
+    conditions: dict[str, dict[str, Any]],
+    bursts: list[int],
+    workloads: dict[str, Any] | None = None,
+    counter: TokenCounter | None = None,
+    limits: dict[str, tuple[int, str]] | None = None,
 ) -> dict[str, Any]:
-    """The whole request set of a study as one JSON-able dict."""
+    """The whole request set of a study as one JSON-able dict.
+
+    Each request of a burst names its adapter (the condition's assignment), its prompt (an index into the prompt
+    table ``prompts``, which holds each distinct text once with its length in tokens, asked for and counted) and
+    its ``max_tokens``; a condition's requests come from its workload (traffic.py), ``counter`` counts tokens with
+    the study's tokenizer, ``limits`` (traffic.context_limits) bound each condition's prompt plus output. The top
+    level ``prompt`` and ``max_tokens`` are the default workload's first request, for requests outside the sets
+    (runtime loading)."""
     seed = int(workload["seed"])
+    specs = workload_specs(workload, workloads)
+    n = max(bursts)
+    drawn = {name: spec.requests(n, seed, counter) for name, spec in specs.items()}
+    table: list[Prompt] = []
+    index: dict[Prompt, int] = {}
+
+    def ref(p: Prompt) -> int:
+        if p not in index:
+            index[p] = len(table)
+            table.append(p)
+        return index[p]
+
     sets: dict[str, list[dict[str, Any]]] = {}
     for cname in sorted(conditions):
         cond = conditions[cname]
         kind = cond.get("assignment", "cycle")
         if kind not in _STRATEGIES:
             raise ValueError(f"conditions.{cname}.assignment: unknown {kind!r}; known: {strategies()}")
+        wname = workload_of(cond)
+        if wname not in specs:
+            raise ValueError(f"conditions.{cname}.workload: unknown workload {wname!r} (known: {sorted(specs)})")
+        check_fits(specs[wname], drawn[wname], cname, (limits or {}).get(cname))
         for burst in sorted(bursts):
             rng = random.Random(f"{seed}/{cname}/{burst}")
             names = _STRATEGIES[kind](cond, burst, rng)
             sets[set_key(cname, burst)] = [
-                {"request_id": f"{cname}-{burst}-{i:03d}", "adapter": a} for i, a in enumerate(names)
+                {"request_id": f"{cname}-{burst}-{i:03d}", "adapter": a, "prompt": ref(p), "max_tokens": m}
+                for i, (a, (p, m)) in enumerate(zip(names, drawn[wname], strict=False))
             ]
+    first_prompt, first_max = drawn[DEFAULT_WORKLOAD][0]
+    used = {workload_of(c) for c in conditions.values()}
     return {
+        "schema": REQUESTS_SCHEMA,
         "seed": seed,
-        "prompt": workload["prompt"],
-        "max_tokens": int(workload["max_tokens"]),
+        "prompt": first_prompt.text,
+        "max_tokens": first_max,
         "temperature": float(workload["temperature"]),
         "ignore_eos": bool(workload["ignore_eos"]),
+        "workloads": {
+            name: {
+                "description": spec.description or spec.describe(),
+                "conditions": sorted(c for c in conditions if workload_of(conditions[c]) == name),
+                "prompt_tokens": length_stats([p.tokens for p, _ in drawn[name]]),
+                "prompt_tokens_intended": length_stats([p.tokens_intended for p, _ in drawn[name]]),
+                "output_tokens": length_stats([m for _, m in drawn[name]]),
+            }
+            for name, spec in specs.items()
+            if name in used or name == DEFAULT_WORKLOAD
+        },
+        "prompts": [p.to_json() for p in table],
         "conditions": {k: dict(v) for k, v in sorted(conditions.items())},
         "bursts": sorted(bursts),
         "sets": sets,
     }
+
+
+def request_shapes(rset: dict[str, Any], rows: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    """(prompt text, max_tokens) of each request of a burst set: the row's entry of the prompt table and its
+    max_tokens; a request set of the first schema (no per-request prompts) gives every row its one prompt."""
+    prompts = rset.get("prompts")
+    return [
+        (prompts[r["prompt"]]["text"], int(r["max_tokens"]))
+        if prompts is not None and "prompt" in r
+        else (str(rset["prompt"]), int(rset["max_tokens"]))
+        for r in rows
+    ]

@@ -73,6 +73,7 @@ class Progress:
     reference: str
     conditions: list[str]
     bursts: list[int]
+    references: dict[str, str] = field(default_factory=dict)  # a condition's own reference (another workload's)
     values: dict[tuple[str, int], dict[CycleKey, float]] = field(default_factory=dict)
     cycles: int = 0
     measuring_s: float = 0.0
@@ -83,12 +84,14 @@ class Progress:
             self.values.setdefault((condition, burst), {})[key] = value
 
     def comparisons(self) -> list[tuple[tuple[str, int], tuple[str, int], PairedRatio]]:
-        """Every condition but the reference against the reference at the same burst size, paired per cycle."""
+        """Every condition but the reference against the reference at the same burst size, paired per cycle (a
+        condition of another workload: against its own in ``references``)."""
         out = []
         for b in sorted(self.bursts):
-            den = (self.reference, b)
             for c in self.conditions:
-                if c != self.reference:
+                ref = self.references.get(c, self.reference)
+                if c != ref:
+                    den = (ref, b)
                     ratio = PairedRatio.of_pairs(self.values.get((c, b), {}), self.values.get(den, {}))
                     out.append(((c, b), den, ratio))
         return out
