@@ -274,3 +274,16 @@ def test_short_sweep_against_a_server_with_slots():
         assert c.last_meeting_per_s <= c.capacity_per_s < c.first_failing_per_s
     assert res.rates[0] <= cap.capacity_per_s < res.rates[-1]
     assert {r["mix"] for r in out.records} == {"ab"} and any(r["in_window"] for r in out.records)
+
+
+def test_plots_of_a_sweep_and_its_capacity(tmp_path):
+    from lorabench.sweep_plots import capacity_by_config, latency_vs_rate
+
+    cycles = [[point(2, 40), point(4, 80 + 5 * k), point(6, 180, over="x" if k else "")] for k in range(3)]
+    sweep = sweep_of(cycles)
+    other = SweepResult.from_json(sweep.to_json() | {"server": "t"})
+    assert latency_vs_rate([sweep, other], tmp_path / "lat.png", "ttft", SLO) == tmp_path / "lat.png"
+    caps = [Capacity.of(sweep, SLO), Capacity.of(other, SLO)]
+    assert capacity_by_config(caps, tmp_path / "cap.png") == tmp_path / "cap.png"
+    assert (tmp_path / "lat.png").stat().st_size > 1000 and (tmp_path / "cap.png").stat().st_size > 1000
+    assert latency_vs_rate([], tmp_path / "none.png") is None and not (tmp_path / "none.png").exists()
