@@ -72,3 +72,40 @@ def test_snakemake_stops_before_any_job(tmp_path: Path):
     assert proc.returncode != 0
     assert "servers.lora-2.max_lora" in proc.stdout + proc.stderr
     assert "Job stats" not in proc.stdout
+
+
+SWEEP = {"servers": ["lora-off", "lora-2"], "mixes": ["base", "ab"], "slo": {"ttft_p99_ms": 500}}
+
+
+def test_rate_sweep_defaults_and_the_mixes_each_server_sweeps():
+    from lorabench.config import rate_sweep_mixes
+
+    cfg = check(copy.deepcopy(DEFAULT) | {"rate_sweep": copy.deepcopy(SWEEP)})
+    rs = cfg["rate_sweep"]
+    assert (rs["points"], rs["repeats"], rs["over_saturation"]["min_achieved_fraction"]) == (10, 6, 0.9)
+    assert rate_sweep_mixes(cfg) == {"lora-off": ["base"], "lora-2": ["base", "ab"]}
+    from lorabench.measure.sweep import Slo, SweepSettings
+
+    st = SweepSettings.from_config(rs, cfg["workload"]["seed"], cfg["request_timeout_s"])
+    assert st.slo == Slo(ttft_p99_ms=500) and st.over_saturation.ttft_growth_factor == 2.0
+    assert st.phases.total_s == rs["warmup_s"] + rs["duration_s"] + rs["drain_s"]
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"point": 5}, "unknown key(s): rate_sweep.point"),
+        ({"servers": ["nope"]}, "rate_sweep.servers: unknown server 'nope'"),
+        ({"mixes": ["zz"]}, "rate_sweep.mixes: unknown condition 'zz'"),
+        ({"slo": {}}, "rate_sweep.slo"),
+        ({"points": 1}, "rate_sweep.points"),
+        ({"over_saturation": {"min_achieved_fraction": 1.5}}, "rate_sweep.over_saturation.min_achieved_fraction"),
+        ({"servers": ["lora-off"], "mixes": ["ab"]}, "rate_sweep.servers: 'lora-off' can serve none"),
+        ({"servers": ["lora-2"], "mixes": ["ab", "zz"]}, "rate_sweep.mixes: unknown condition 'zz'"),
+    ],
+)
+def test_bad_rate_sweep_names_the_key(change, expected):
+    cfg = copy.deepcopy(DEFAULT) | {"rate_sweep": copy.deepcopy(SWEEP) | change}
+    with pytest.raises(ConfigError) as e:
+        check(cfg)
+    assert expected in str(e.value)

@@ -1,6 +1,9 @@
 """A fake OpenAI-style streaming server for what a real engine cannot do on demand: inject faults (HTTP errors,
-cut streams, short completions, stalls) and stream tokens as fast as possible (benchmarks/headroom.py measures the
-client against it). Test support only, outside the product package: never used for measurements of engines.
+cut streams, short completions, stalls), stream tokens as fast as possible (benchmarks/headroom.py measures the
+client against it), and serve a fixed number of requests at a time (``slots``: a request waits for a free slot,
+then streams its tokens ``delay`` seconds apart), so that open-loop load queues and latency grows as the offered
+rate nears ``slots / (max_tokens x delay)`` requests per second, and without bound beyond it. Test support only,
+outside the product package: never used for measurements of engines.
 
 Imported as ``tests.support.fake_server`` (the repository root on sys.path), or run as a script:
 ``python tests/support/fake_server.py --port N``."""
@@ -57,6 +60,17 @@ def _usage(prompt: int, completion: int) -> bytes:
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
+    slots: asyncio.Semaphore | None = request.app["slots"]
+    if slots is None:
+        return await _completions(request)
+    try:
+        async with slots:  # queued until one of the server's slots is free
+            return await _completions(request)
+    except ConnectionResetError:  # the client gave up (an open-loop run cuts what is in flight at its end)
+        return web.Response(status=499)
+
+
+async def _completions(request: web.Request) -> web.StreamResponse:
     body: dict[str, Any] = await request.json()
     model = body.get("model", "")
     n = int(body.get("max_tokens", 16))
@@ -116,9 +130,13 @@ async def models(_request: web.Request) -> web.Response:
     return web.json_response({"data": [{"id": "m"}]})
 
 
-def make_app(fault: str = "", fault_all: bool = False, batch: int = 1, delay: float = 0.0) -> web.Application:
+def make_app(
+    fault: str = "", fault_all: bool = False, batch: int = 1, delay: float = 0.0, slots: int = 0
+) -> web.Application:
+    """``slots`` > 0: at most that many requests are served at once, the others wait in arrival order."""
     app = web.Application()
     app["fault"], app["fault_all"], app["batch"], app["delay"] = fault, fault_all, batch, delay
+    app["slots"] = asyncio.Semaphore(slots) if slots > 0 else None
     app.router.add_post("/v1/completions", completions)
     app.router.add_get("/v1/models", models)
     return app
@@ -157,8 +175,11 @@ def main() -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--delay", type=float, default=0.002, help="seconds between streamed tokens")
+    ap.add_argument("--slots", type=int, default=0, help="requests served at once (0: no limit)")
     args = ap.parse_args()
-    web.run_app(make_app(delay=args.delay), host=args.host, port=args.port, print=None, access_log=None)
+    web.run_app(
+        make_app(delay=args.delay, slots=args.slots), host=args.host, port=args.port, print=None, access_log=None
+    )
 
 
 if __name__ == "__main__":

@@ -165,10 +165,50 @@ def check_references(config: dict[str, Any]) -> None:
             raise ConfigError(f"prefix_cache.server: unknown server {sid!r}")
         if not config["servers"][sid]["lora"] or not server_adapters(config, sid):
             raise ConfigError(f"prefix_cache.server: {sid!r} serves no adapter (it needs lora: true and adapters)")
+    check_rate_sweep(config)
     if model.get("architecture") and not Path(model["architecture"]).exists():
         raise ConfigError(f"model.architecture: file {model['architecture']} not found")
     if not Path(config["claims"]).exists():
         raise ConfigError(f"claims: file {config['claims']} not found")
+
+
+def _serves(config: dict[str, Any], server_id: str, condition: str) -> bool:
+    """Whether a server can serve a condition: every adapter it uses is loaded (LoRA on where it uses any)."""
+    uses = {a for a in config["conditions"][condition]["adapters"] if a != "base"}
+    return not uses or (bool(config["servers"][server_id]["lora"]) and uses <= set(server_adapters(config, server_id)))
+
+
+def rate_sweep_mixes(config: dict[str, Any]) -> dict[str, list[str]]:
+    """``rate_sweep``: the mixes each listed server sweeps (those of ``rate_sweep.mixes`` it can serve), by server;
+    empty without a ``rate_sweep`` section."""
+    rs = config.get("rate_sweep")
+    if not rs:
+        return {}
+    return {sid: [m for m in rs["mixes"] if _serves(config, sid, m)] for sid in rs["servers"]}
+
+
+def check_rate_sweep(config: dict[str, Any]) -> None:
+    """``rate_sweep``: its servers and mixes exist; each mix is served by one listed server at least, and each
+    server serves one listed mix at least (a mix is swept on every listed server that can serve it)."""
+    rs = config.get("rate_sweep")
+    if not rs:
+        return
+    for sid in rs["servers"]:
+        if sid not in config["servers"]:
+            raise ConfigError(f"rate_sweep.servers: unknown server {sid!r} (known: {sorted(config['servers'])})")
+    for mix in rs["mixes"]:
+        if mix not in config["conditions"]:
+            raise ConfigError(f"rate_sweep.mixes: unknown condition {mix!r} (known: {sorted(config['conditions'])})")
+    by_server = rate_sweep_mixes(config)
+    for sid, mixes in by_server.items():
+        if not mixes:
+            raise ConfigError(
+                f"rate_sweep.servers: {sid!r} can serve none of rate_sweep.mixes (its adapters: "
+                f"{server_adapters(config, sid) or 'none, lora is false'})"
+            )
+    for mix in rs["mixes"]:
+        if not any(mix in mixes for mixes in by_server.values()):
+            raise ConfigError(f"rate_sweep.mixes: no server of rate_sweep.servers can serve {mix!r} (its adapters)")
 
 
 def family_member(family: str, i: int) -> str:

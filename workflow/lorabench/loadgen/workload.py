@@ -76,6 +76,15 @@ def strategies() -> list[str]:
     return sorted(_STRATEGIES)
 
 
+def draw_adapters(cond: dict[str, Any], n: int, rng: random.Random, where: str = "conditions") -> list[str]:
+    """``n`` adapter names for condition ``cond`` by its assignment strategy (open-loop runs draw their own
+    sequences; ``where`` names the condition in the error)."""
+    kind = cond.get("assignment", "cycle")
+    if kind not in _STRATEGIES:
+        raise ValueError(f"{where}.assignment: unknown {kind!r}; known: {strategies()}")
+    return _STRATEGIES[kind](cond, n, rng)
+
+
 def set_key(condition: str, burst: int) -> str:
     return f"{condition}/{burst}"
 

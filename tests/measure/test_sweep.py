@@ -1,0 +1,289 @@
+"""Rate sweeps: the rate grid, over-saturation, capacity at the SLO on synthetic points, the records' JSON (unit),
+and a short sweep against the fake server with slots (integration)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+
+import pytest
+
+from lorabench.loadgen.arrivals import OpenLoopRun, Phases, Sent
+from lorabench.loadgen.client import RequestRecord
+from lorabench.measure.sweep import (
+    Capacity,
+    MixRequests,
+    OverSaturation,
+    RatePoint,
+    Slo,
+    SweepResult,
+    SweepSettings,
+    cycle_capacity,
+    sweep_server,
+)
+
+from ..support.fake_server import start_in_process
+
+NAN = float("nan")
+OVER = OverSaturation(min_achieved_fraction=0.9, ttft_growth_factor=2.0, ttft_growth_min_ms=50.0)
+SLO = Slo(ttft_p99_ms=100.0, itl_p99_ms=20.0)
+
+
+def settings(**kw: object) -> SweepSettings:
+    base: dict[str, object] = {
+        "points": 10,
+        "max_rate_factor": 2.0,
+        "warmup_s": 1.0,
+        "duration_s": 5.0,
+        "drain_s": 1.0,
+        "repeats": 3,
+        "probe_concurrency": 8,
+        "settle_s": 0.0,
+        "max_send_lag_ms": 10.0,
+        "max_in_flight": 512,
+        "over_saturation": OVER,
+        "slo": SLO,
+        "seed": 0,
+        "request_timeout_s": 30.0,
+    }
+    return SweepSettings(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def point(rate: float, ttft99: float, itl99: float = 5.0, over: str = "", cycle: int = 0, n: int = 50) -> RatePoint:
+    """A synthetic point: only what the capacity search reads is meaningful."""
+    return RatePoint(
+        server="s",
+        mix="m",
+        cycle=cycle,
+        position=0,
+        shape="poisson",
+        fraction=rate / 10,
+        rate_per_s=rate,
+        concurrency=0,
+        duration_s=5.0,
+        offered_per_s=rate,
+        achieved_per_s=rate,
+        output_tok_per_s=rate * 32,
+        goodput_per_s=rate,
+        n_sent=n,
+        n_window=n,
+        n_completed=n,
+        n_errors=0,
+        n_cut=0,
+        ttft_ms_p50=ttft99 / 2,
+        ttft_ms_p90=ttft99 * 0.8,
+        ttft_ms_p99=ttft99,
+        itl_ms_p50=itl99 / 2,
+        itl_ms_p90=itl99 * 0.8,
+        itl_ms_p99=itl99,
+        e2e_ms_p50=ttft99,
+        e2e_ms_p90=ttft99,
+        e2e_ms_p99=ttft99,
+        ttft_first_third_ms=ttft99 / 2,
+        ttft_last_third_ms=ttft99 / 2,
+        send_lag_ms_p50=0.5,
+        send_lag_ms_p99=1.0,
+        send_lag_ms_max=2.0,
+        peak_in_flight=4,
+        over_saturated=over,
+    )
+
+
+def test_rates_run_from_ten_percent_to_the_probe_and_beyond_in_the_same_steps():
+    assert settings(points=10, max_rate_factor=1.5).fractions() == pytest.approx(
+        [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5]
+    )
+    assert settings(points=4, max_rate_factor=1.0).fractions() == pytest.approx([0.1, 0.4, 0.7, 1.0])
+    assert settings(points=2, max_rate_factor=3.0).fractions() == pytest.approx([0.1, 1.0, 1.9, 2.8])
+
+
+def test_rate_rule_needs_the_fraction_and_a_few_requests_missing():
+    assert OVER.judge(100, 95, 10, 12) == ""
+    assert "85 requests completed in the window against 100 arrivals" in OVER.judge(100, 85, 10, 12)
+    assert OVER.judge(10, 8, 10, 12) == ""  # 80 %, but only 2 requests short: one in flight at the window's end
+
+
+def test_ttft_rule_needs_the_factor_and_the_floor():
+    assert "TTFT p50 grew 3.0x" in OVER.judge(0, 0, 40.0, 120.0)
+    assert OVER.judge(0, 0, 2.0, 30.0) == ""  # 15x, but 28 ms: below the 50 ms floor
+    assert OVER.judge(0, 0, 100.0, 180.0) == ""  # 80 ms more, but 1.8x
+    assert "without bound" in OVER.judge(0, 0, 40.0, math.inf)
+
+
+def _rec(i: int, start: float, ttft: float, end: float) -> RequestRecord:
+    return RequestRecord(
+        f"r{i}", "m", "a", start_s=start, end_s=end, latency_s=end - start, ttft_s=ttft, completion_tokens=8
+    )
+
+
+def test_a_run_whose_queue_grows_is_over_saturated():
+    """Synthetic records of a run at 20 req/s (window [1, 6] s) where TTFT grows by 100 ms each second and every
+    request takes 0.1 s more than its TTFT."""
+    t0 = 50.0
+    sent = []
+    for i in range(140):
+        s = i / 20
+        ttft = 0.02 + 0.1 * s
+        sent.append(Sent(_rec(i, t0 + s, ttft, t0 + s + ttft + 0.1), scheduled_s=s, send_lag_s=0.001))
+    run = OpenLoopRun("poisson", Phases(1.0, 5.0, 1.0), t0, sent, rate_per_s=20.0, max_send_lag_s=0.01)
+    p = RatePoint.of_run(run, server="s", mix="m", cycle=0, position=0, fraction=0.5, slo=SLO, over=OVER)
+    assert "TTFT p50 grew" in p.over_saturated
+    assert p.ttft_ms_p99 > p.ttft_ms_p50 > 100
+    assert p.client_bound == ""
+    assert p.offered_per_s == pytest.approx(20.0)
+    assert "over-saturated" in p.missed(SLO)
+
+
+def test_a_steady_run_is_not_over_saturated_and_counts_goodput():
+    t0 = 50.0
+    sent = []
+    for i in range(140):
+        s = i / 20
+        ttft = 0.03 if i % 4 else 0.3  # every fourth request misses the 100 ms TTFT bound
+        r = _rec(i, t0 + s, ttft, t0 + s + ttft + 0.05)
+        r.itl_s = [0.005] * 7
+        sent.append(Sent(r, scheduled_s=s, send_lag_s=0.001))
+    run = OpenLoopRun("poisson", Phases(1.0, 5.0, 1.0), t0, sent, rate_per_s=20.0, max_send_lag_s=0.01)
+    p = RatePoint.of_run(run, server="s", mix="m", cycle=0, position=0, fraction=0.5, slo=SLO, over=OVER)
+    assert p.over_saturated == ""
+    assert p.achieved_per_s == pytest.approx(20.0, abs=0.4)
+    assert p.goodput_per_s == pytest.approx(0.75 * p.achieved_per_s, abs=0.4)
+    assert p.itl_ms_p99 == pytest.approx(5.0)
+
+
+def test_capacity_is_interpolated_between_the_last_meeting_and_the_first_failing_rate():
+    pts = [point(1, 20), point(2, 40), point(4, 80), point(6, 180), point(8, 400)]
+    c = cycle_capacity(pts, SLO, 0)
+    # p99 TTFT crosses 100 ms a fifth of the way from 80 ms at 4/s to 180 ms at 6/s
+    assert c.bound == "" and c.capacity_per_s == pytest.approx(4.4)
+    assert (c.last_meeting_per_s, c.first_failing_per_s) == (4, 6)
+    assert "TTFT" in c.method
+
+
+def test_capacity_takes_the_lower_crossing_when_both_bounds_fail():
+    pts = [point(1, 20, 5), point(4, 80, 10), point(6, 180, 30)]
+    c = cycle_capacity(pts, SLO, 0)
+    # TTFT crosses at 4.4; ITL (10 -> 30 ms, bound 20) at 5.0
+    assert c.capacity_per_s == pytest.approx(4.4)
+
+
+def test_capacity_stops_at_an_over_saturated_rate_without_interpolating():
+    pts = [point(1, 20), point(4, 80), point(6, 90, over="achieved 70 %"), point(8, 60)]
+    c = cycle_capacity(pts, SLO, 0)
+    assert c.capacity_per_s == 4 and c.bound == "" and "over-saturated" in c.method
+
+
+def test_capacity_ignores_a_meeting_rate_above_the_first_failing_one():
+    pts = [point(1, 20), point(2, 150), point(4, 80)]
+    assert cycle_capacity(pts, SLO, 0).first_failing_per_s == 2
+
+
+def test_capacity_out_of_the_measured_range_is_a_bound():
+    below = cycle_capacity([point(1, 200), point(2, 300)], SLO, 0)
+    assert below.bound == "below" and below.capacity_per_s == 1
+    above = cycle_capacity([point(1, 20), point(2, 30)], SLO, 0)
+    assert above.bound == "at_least" and above.capacity_per_s == 2
+
+
+def test_a_window_without_requests_is_left_out_not_failed():
+    pts = [point(1, NAN, NAN, n=0), point(2, 40), point(4, 180)]
+    c = cycle_capacity(pts, SLO, 0)
+    assert c.bound == "" and 2 < c.capacity_per_s < 4
+
+
+def sweep_of(cycles: list[list[RatePoint]]) -> SweepResult:
+    probe = point(10, 500)
+    probe_json = probe.to_json() | {"shape": "concurrency", "fraction": None, "rate_per_s": None}
+    probe = RatePoint.from_json(probe_json)
+    pts = [dataclass_with(p, cycle=c) for c, ps in enumerate(cycles) for p in ps]
+    return SweepResult("s", "m", 10.0, probe, sorted({p.fraction for p in pts}), pts, len(cycles), "over-saturated")
+
+
+def dataclass_with(p: RatePoint, **kw: object) -> RatePoint:
+    return RatePoint.from_json(p.to_json() | kw)
+
+
+def test_capacity_interval_is_the_median_interval_over_cycles():
+    cycles = [[point(2, 40), point(4, 80 + 5 * k), point(6, 180)] for k in range(6)]
+    cap = Capacity.of(sweep_of(cycles), SLO)
+    assert cap.n == 6 and cap.coverage >= 0.95
+    per = sorted(c.capacity_per_s for c in cap.per_cycle)
+    assert cap.lo == per[0] and cap.hi == per[-1]
+    assert cap.lo <= cap.capacity_per_s <= cap.hi
+    assert cap.censored == 0
+
+
+def test_records_round_trip_through_json():
+    sweep = sweep_of([[point(2, 40), point(4, 80), point(6, 180, over="x")]] * 2)
+    back = SweepResult.from_json(json.loads(json.dumps(sweep.to_json())))
+    assert json.dumps(back.to_json(), sort_keys=True) == json.dumps(sweep.to_json(), sort_keys=True)
+    assert back.points[2].over_saturated == "x" and math.isnan(back.probe.fraction)
+    cap = Capacity.of(sweep, SLO)
+    cap_back = Capacity.from_json(json.loads(json.dumps(cap.to_json())))
+    assert cap_back.per_cycle == cap.per_cycle and cap_back.slo == SLO
+    with pytest.raises(ValueError, match="schema"):
+        Capacity.from_json(cap.to_json() | {"schema": "lorabench.capacity/0"})
+
+
+def test_mix_requests_are_the_same_for_every_server():
+    conds = {"z": {"adapters": ["a", "b", "c"], "assignment": "zipf", "zipf_s": 1.1}}
+    one = MixRequests("s1", conds, "p", 8, lambda a: f"one-{a}", seed=3)("z", 50, "c0", "t")
+    two = MixRequests("s2", conds, "p", 8, lambda a: f"two-{a}", seed=3)("z", 50, "c0", "t")
+    assert [r.adapter for r in one] == [r.adapter for r in two]
+    assert len({r.adapter for r in one}) == 3 and all(r.stream for r in one)
+    assert one[0].model == f"one-{one[0].adapter}" and one[0].request_id.startswith("s1/sweep/z/t/")
+
+
+@pytest.mark.integration
+def test_short_sweep_against_a_server_with_slots():
+    """Four slots, 8 tokens 5 ms apart: about 100 requests/s at most. The sweep's latency rises with the rate, its
+    first cycle stops at the first over-saturated rate (before the grid's end at 2.8x), and capacity at a 50 ms
+    p99 TTFT lies between the rates that meet it and those that do not. The seed gives the 10 % rate five and six
+    arrivals in its window (cycles 0 and 1)."""
+    proc, port = start_in_process(slots=4, delay=0.005)
+    try:
+        st = settings(
+            points=2,
+            max_rate_factor=3.0,
+            warmup_s=0.15,
+            duration_s=0.6,
+            drain_s=0.05,
+            repeats=2,
+            probe_concurrency=16,
+            settle_s=0.05,
+            max_send_lag_ms=50.0,
+            slo=Slo(ttft_p99_ms=50.0, itl_p99_ms=1000.0),
+            seed=1,
+        )
+        source = MixRequests("fake", {"ab": {"adapters": ["a", "b"]}}, "x", 8, lambda a: a, seed=1)
+        out = asyncio.run(sweep_server(f"http://127.0.0.1:{port}", "fake", ["ab"], source, st))
+    finally:
+        proc.kill()
+    (res,) = out.results
+    assert res.max_rate_per_s > 0
+    first = res.cycle_points(0)
+    assert first[-1].over_saturated and not any(p.over_saturated for p in first[:-1])
+    assert len(res.fractions) < len(st.fractions()) and res.stop_reason.startswith("over-saturated")
+    assert res.cycles == 2 and len(res.points) == 2 * len(res.fractions)
+    low, high = first[0], first[-1]
+    assert high.ttft_ms_p99 > low.ttft_ms_p99 and high.e2e_ms_p50 > low.e2e_ms_p50
+    cap = Capacity.of(res, st.slo)
+    assert cap.n == 2 and not cap.censored
+    for c in cap.per_cycle:
+        assert c.last_meeting_per_s <= c.capacity_per_s < c.first_failing_per_s
+    assert res.rates[0] <= cap.capacity_per_s < res.rates[-1]
+    assert {r["mix"] for r in out.records} == {"ab"} and any(r["in_window"] for r in out.records)
+
+
+def test_plots_of_a_sweep_and_its_capacity(tmp_path):
+    from lorabench.sweep_plots import capacity_by_config, latency_vs_rate
+
+    cycles = [[point(2, 40), point(4, 80 + 5 * k), point(6, 180, over="x" if k else "")] for k in range(3)]
+    sweep = sweep_of(cycles)
+    other = SweepResult.from_json(sweep.to_json() | {"server": "t"})
+    assert latency_vs_rate([sweep, other], tmp_path / "lat.png", "ttft", SLO) == tmp_path / "lat.png"
+    caps = [Capacity.of(sweep, SLO), Capacity.of(other, SLO)]
+    assert capacity_by_config(caps, tmp_path / "cap.png") == tmp_path / "cap.png"
+    assert (tmp_path / "lat.png").stat().st_size > 1000 and (tmp_path / "cap.png").stat().st_size > 1000
+    assert latency_vs_rate([], tmp_path / "none.png") is None and not (tmp_path / "none.png").exists()
