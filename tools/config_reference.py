@@ -115,9 +115,13 @@ readiness_timeout_s: 600
     Section(
         "Workload and conditions",
         "What the requests ask for, the adapter mixes they are spread over, and how many are sent at once.",
-        ("workload", "conditions", "bursts", "load"),
+        ("workload", "workloads", "conditions", "bursts", "load"),
         """\
 workload: {prompt: "Write a long story about a robot.", max_tokens: 32, seed: 1}
+workloads:
+  long-prompt:
+    prompt_tokens: {distribution: uniform, min: 256, max: 384}
+    max_tokens: 8
 conditions:
   base: {adapters: [base], description: base model only}
   a: {adapters: [a]}
@@ -175,6 +179,20 @@ runtime_load: {server: lora-2, adapter: b, repeats: 3}
         ("prefix_cache",),
         """\
 prefix_cache: {server: lora-2, prefix_words: 300}
+""",
+    ),
+    Section(
+        "Capacity at a latency target",
+        "Open-loop rate sweeps (Poisson arrivals) per server and adapter mix, and the highest rate meeting the SLO.",
+        ("rate_sweep",),
+        """\
+rate_sweep:
+  servers: [lora-off, lora-2]
+  mixes: [base, a]
+  points: 6
+  repeats: 6
+  duration_s: 30
+  slo: {ttft_p99_ms: 500, itl_p99_ms: 50}
 """,
     ),
 )
