@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lorabench.report import findings, stability
+from lorabench.report_model import findings, stability
 from lorabench.resources import GpuTelemetry, summarize_gpu_samples
 from lorabench.summary import _flatten, summarize_cell
 

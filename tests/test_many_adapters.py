@@ -136,7 +136,7 @@ def test_slora_claim_judged_from_adapter_counts():
 
 def test_many_adapter_rows_and_plot(tmp_path):
     from lorabench import plots
-    from lorabench.report import many_adapter_rows
+    from lorabench.report_model import many_adapter_rows
 
     rows = [_row("s", "n16-uniform", 16, 960, 950, 970), _row("s", "n4-uniform", 4, 1000, 990, 1010)]
     rows.append({**rows[0], "condition": "a", "adapters": "a"})

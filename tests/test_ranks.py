@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lorabench.claims import Context, evaluate, load_claims
-from lorabench.report import rank_rows
+from lorabench.report_model import rank_rows
 
 from .conftest import ROOT
 

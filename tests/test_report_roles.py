@@ -11,7 +11,7 @@ import yaml
 from lorabench.claims import evaluate, finding_links, load_claims
 from lorabench.config import ConfigError, load_and_check
 from lorabench.io import read_json
-from lorabench.report import findings, gpu_bandwidths, rank_rows, roofline
+from lorabench.report_model import findings, gpu_bandwidths, rank_rows, roofline
 from lorabench.roles import condition_roles, derived_role, role_conditions
 
 from .conftest import FIXTURES, ROOT

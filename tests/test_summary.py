@@ -113,7 +113,7 @@ def test_ratio_to_baseline_in_recorded_summary():
 
 
 def test_host_speed_per_server_job_against_the_baseline_job():
-    from lorabench.report import _host_speed_answer
+    from lorabench.report_model import _host_speed_answer
     from lorabench.summary import _host_speed
 
     fdf = pd.DataFrame({"server": ["lora-off", "lora-4"]})

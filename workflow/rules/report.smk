@@ -74,7 +74,7 @@ rule report_render:
             "results/adapters/{adapter}.json", adapter=sorted(config["adapters"])
         ),
         envs=expand("results/envs/{engine}.json", engine=sorted(config["engines"])),
-        templates=sorted(_rel(p) for p in TEMPLATES.glob("*")),
+        templates=sorted(_rel(p) for p in TEMPLATES.rglob("*.j2")),
         # GPU figures for the roofline bound
         hardware=config["hardware_specs"],
         code=code_of("report_render.py"),
