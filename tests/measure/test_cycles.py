@@ -104,6 +104,6 @@ def test_burst_scaling_pairs_the_largest_burst_with_the_smallest_per_cycle():
          "throughput_by_cycle": by_time([(0, c, tok * d) for c, d in enumerate(drift)])}
         for b, tok in ((4, 100.0), (8, 180.0), (16, 300.0))
     ]  # fmt: skip
-    (row,) = burst_scaling(rows)
+    (row,) = [b.to_json() for b in burst_scaling(rows)]
     assert (row["burst"], row["reference_burst"], row["pairs"]) == (16, 4, 7)
     assert (row["ratio_pct"], row["ratio_lo_pct"], row["ratio_hi_pct"]) == pytest.approx((200.0, 200.0, 200.0))

@@ -5,6 +5,7 @@ JSON, verdicts, queues, manifests), with the findings and the plots. report.py r
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from .job import server_job
 from .loadgen.traffic import workload_of
 from .phases import workload_rows
 from .queues import cliff_sentence
+from .records import Comparison
 from .roles import adapter_set, role_conditions
 from .summary import thread_bound
 
@@ -448,7 +450,7 @@ def stability(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
         between = [r["between_sd_pct"] for r in rs if r.get("between_sd_pct") is not None]
         burst = [r["burst_sd_pct"] for r in rs if r.get("burst_sd_pct") is not None]
         moves = [r["spread_moves_with"] for r in rs if r.get("spread_moves_with")]
-        top = max(set(moves), key=moves.count) if moves else None
+        top = max(sorted(set(moves)), key=moves.count) if moves else None  # ties: the first by name, every run
         bound = [r for r in rs if thread_bound(r)]
         names = sorted({str(r.get("engine_top_thread")) for r in bound if r.get("engine_top_thread")})
         groups.append({
@@ -471,16 +473,16 @@ def stability(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
-def _paired_answer(comparisons: list[dict[str, Any]]) -> str:
+def _paired_answer(comparisons: list[Comparison]) -> str:
     """How many comparisons within a server met their target, and the widest, with how they were paired."""
-    judged = [c for c in comparisons if c.get("within_target") is not None]
-    widths = [c for c in comparisons if c.get("halfwidth_points") is not None]
-    by = sorted({c["paired_by"] for c in comparisons})
-    text = f"{sum(bool(c['within_target']) for c in judged)} of {len(comparisons)} within their target"
+    judged = [c for c in comparisons if c.within_target is not None]
+    widths = [c for c in comparisons if not math.isnan(c.ratio.halfwidth_points)]
+    by = sorted({c.paired_by for c in comparisons})
+    text = f"{sum(bool(c.within_target) for c in judged)} of {len(comparisons)} within their target"
     if widths:
-        w = max(widths, key=lambda c: c["halfwidth_points"])
-        text += (f"; widest ±{w['halfwidth_points']:.1f} points ({w['server']} {w['condition']} vs {w['reference']}, "
-                 f"burst {w['burst']}, {w['pairs']} pairs)")  # fmt: skip
+        w = max(widths, key=lambda c: c.ratio.halfwidth_points)
+        text += (f"; widest ±{w.ratio.halfwidth_points:.1f} points ({w.server} {w.condition} vs {w.reference}, "
+                 f"burst {w.burst}, {w.pairs} pairs)")  # fmt: skip
     return text + f"; paired by {' and '.join(by)}"
 
 
@@ -580,7 +582,7 @@ def findings(
         found.append({"key": "stability", "question": question, "answer": answer})
     if comparisons:
         found.append({"key": "paired", "question": "how tight are the comparisons within each server?",
-                      "answer": _paired_answer(comparisons)})  # fmt: skip
+                      "answer": _paired_answer([Comparison.from_json(c) for c in comparisons])})  # fmt: skip
     bound = [r for r in ok if r.get("throughput_bound") or r.get("latency_bound")]
     if bound:
         found.append({"key": "bound", "question": "do these figures measure the engine?", "answer": _bound_answer(ok)})

@@ -17,6 +17,7 @@ from .io import read_json, read_jsonl, write_json
 from .job import RuntimeLoad
 from .loadgen.traffic import workload_of
 from .phases import phase_costs
+from .records import SUMMARY_SCHEMA, BurstScaling, Comparison, EngineComparison, EngineSide, RatioSpan
 from .runtime_load import load_result
 from .stats import (
     MedianInterval,
@@ -398,7 +399,7 @@ def _engine_baselines(sdf: pd.DataFrame) -> None:
                 sdf.loc[i, "ratio_to_engine_baseline_lo"], sdf.loc[i, "ratio_to_engine_baseline_hi"] = span[1:]
 
 
-def engine_comparison(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def engine_comparison(rows: list[dict[str, Any]]) -> list[EngineComparison]:
     """The same LoRA setting, condition and burst on two engines side by side: B / A with the span the
     two medians' 95 % intervals allow. Rows pair servers by (lora, slots, condition, burst)."""
     ok = [r for r in rows if r.get("status") == "ok" and r.get("throughput_median")]
@@ -413,21 +414,13 @@ def engine_comparison(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         a = a_rows.get(key(r))
         if not a:
             continue
-        span = ratio_span(r, a) or (None, None, None)
-        out.append(
-            {
-                "lora": key(r)[0], "slots": key(r)[1] or None, "condition": r["condition"], "burst": r["burst"],
-                "a_engine": a_name, "a_server": a["server"], "a_tok_s": a["throughput_median"],
-                "a_spread_pct": a.get("throughput_spread_pct"),
-                "b_engine": b_name, "b_server": r["server"], "b_tok_s": r["throughput_median"],
-                "b_spread_pct": r.get("throughput_spread_pct"),
-                "ratio_pct": span[0], "ratio_lo_pct": span[1], "ratio_hi_pct": span[2],
-            }
-        )  # fmt: skip
+        side = lambda x: EngineSide(x["engine"], x["server"], x["throughput_median"], x.get("throughput_spread_pct"))  # noqa: E731
+        ratio = RatioSpan.of(ratio_span(r, a)) or RatioSpan(float("nan"), float("nan"), float("nan"))
+        out.append(EngineComparison(key(r)[0], key(r)[1] or None, r["condition"], r["burst"], side(a), side(r), ratio))
     return out
 
 
-def paired_comparisons(rows: list[dict[str, Any]], facts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def paired_comparisons(rows: list[dict[str, Any]], facts: dict[str, dict[str, Any]]) -> list[Comparison]:
     """Every comparison within a server job (method v2): each condition against the server's reference condition
     at the same burst size, paired per cycle (stats.ratio_span), with its interval's half-width in points and
     whether it met the job's ``target_points``. Older studies' jobs (no cycles) pair measurements by time."""
@@ -439,29 +432,24 @@ def paired_comparisons(rows: list[dict[str, Any]], facts: dict[str, dict[str, An
         den = by_cell.get((server, ref, burst))
         if not ref or cond == ref or den is None:
             continue
-        span = ratio_span(num, den)
-        if span is None:
+        ratio = RatioSpan.of(ratio_span(num, den))
+        if ratio is None:
             continue
-        pct, lo, hi = span
         paired = bool(num.get("throughput_by_cycle") and den.get("throughput_by_cycle"))
         n = len(paired_ratios(num, den))
-        half = max(pct - lo, hi - pct) if not (math.isnan(lo) or math.isnan(hi)) else float("nan")
-        target = (facts.get(server, {}).get("measurement") or {}).get("target_points")
         out.append(
-            {
-                "server": server, "engine": num.get("engine"), "burst": burst, "condition": cond, "reference": ref,
-                "workload": num.get("workload"),
-                "ratio_pct": pct, "ratio_lo_pct": lo, "ratio_hi_pct": hi, "halfwidth_points": half,
-                "pairs": n, "paired_by": "cycle" if paired else ("time" if n else "unpaired"),
-                "target_points": target,
-                "within_target": None if target is None or math.isnan(half) else bool(half <= target),
-                "bound": num.get("throughput_bound") or den.get("throughput_bound") or "",
-            }
+            Comparison(
+                server=server, engine=num.get("engine"), burst=burst, condition=cond, reference=ref,
+                workload=num.get("workload"), ratio=ratio, pairs=n,
+                paired_by="cycle" if paired else ("time" if n else "unpaired"),
+                target_points=(facts.get(server, {}).get("measurement") or {}).get("target_points"),
+                bound=num.get("throughput_bound") or den.get("throughput_bound") or "",
+            )
         )  # fmt: skip
     return out
 
 
-def burst_scaling(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def burst_scaling(rows: list[dict[str, Any]]) -> list[BurstScaling]:
     """Within each server job and condition, the throughput at its largest burst against its smallest, paired per
     cycle (stats.ratio_span): how much a larger batch of the same mix gains."""
     out = []
@@ -471,12 +459,10 @@ def burst_scaling(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if len(bursts) < 2:
             continue
         big, small = by_cell[(server, cond, bursts[-1])], by_cell[(server, cond, bursts[0])]
-        span = ratio_span(big, small)
-        if span is None:
+        ratio = RatioSpan.of(ratio_span(big, small))
+        if ratio is None:
             continue
-        out.append({"server": server, "condition": cond, "burst": bursts[-1], "reference_burst": bursts[0],
-                    "ratio_pct": span[0], "ratio_lo_pct": span[1], "ratio_hi_pct": span[2],
-                    "pairs": len(paired_ratios(big, small))})  # fmt: skip
+        out.append(BurstScaling(server, cond, bursts[-1], bursts[0], ratio, len(paired_ratios(big, small))))
     return out
 
 
@@ -617,17 +603,19 @@ def aggregate(
     prefix = [read_json(f) for f in prefix_files or []]
     envs = [read_json(f) for f in env_files]
     hardware = next((f.get("machine", {}).get("hardware") for f in facts.values() if f.get("machine")), None)
+    records = [_record(r) for r in sdf.to_dict("records")]
     summary = {
+        "schema": SUMMARY_SCHEMA,
         "baseline": baseline,
         "hardware": hardware,
-        "rows": [_record(r) for r in sdf.to_dict("records")],
+        "rows": records,
         "per_adapter": [
             {"server": server, **row} for server, f in sorted(facts.items()) for row in (f.get("per_adapter") or [])
         ],
-        "engine_comparison": engine_comparison([_record(r) for r in sdf.to_dict("records")]),
-        "comparisons": paired_comparisons([_record(r) for r in sdf.to_dict("records")], facts),
-        "burst_scaling": burst_scaling([_record(r) for r in sdf.to_dict("records")]),
-        "phases": phase_costs([_record(r) for r in sdf.to_dict("records")], facts),
+        "engine_comparison": [c.to_json() for c in engine_comparison(records)],
+        "comparisons": [c.to_json() for c in paired_comparisons(records, facts)],
+        "burst_scaling": [c.to_json() for c in burst_scaling(records)],
+        "phases": phase_costs(records, facts),
         "facts": [_record(r) for r in fdf.to_dict("records")],
         "server_facts_raw": facts,
         "runtime": runtime,
