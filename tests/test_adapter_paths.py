@@ -1,6 +1,7 @@
 """Adapters given by path in the config (lorabench.adapter_paths): mixed with synthetic ones, families of them,
 bad keys named, and each fault that can be seen without building the model stopping the workflow as it reads the
-config, naming the adapter's key and folder (no server, no job)."""
+config, naming the adapter's key and folder (no server, no job); the own-adapters study's adapters by path under
+its dataset workload, paired within it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,11 @@ import yaml
 
 from lorabench.adapter_paths import check_adapter_folders, source_files
 from lorabench.config import ConfigError
+from lorabench.job import server_job
+from lorabench.loadgen.traffic import context_limits, dataset_files
+from lorabench.loadgen.workload import build_request_set
+from lorabench.measure.cycles import Progress
+from lorabench.roles import role_conditions
 
 from .conftest import ROOT
 from .support.adapters import FAULTS, broken, good
@@ -141,3 +147,47 @@ def test_snakemake_stops_before_any_job(tmp_path: Path, two: Path):
     assert proc.returncode != 0
     assert f"adapters.own: {tmp_path / 'big'}: rank 16 is above servers.lora-2.max_lora_rank (8)" in out, out
     assert "Job stats" not in proc.stdout
+
+
+def test_the_own_adapters_study_serves_both_under_its_dataset_workload(two: Path, tmp_path: Path):
+    from lorabench.loadgen.prompts import HfTokenizer
+    from lorabench.model import train_tokenizer
+
+    study = yaml.safe_load((ROOT / "config/studies/own-adapters-cpu.yaml").read_text())
+    for name in ("support", "legal"):  # the study's own-adapters/NAME, made here
+        assert study["adapters"][name] == {"path": f"own-adapters/{name}"}
+        study["adapters"][name]["path"] = str(two / name)
+    cfg = check(study)
+    check_adapter_folders(cfg)
+    assert dataset_files(cfg) == ["tests/fixtures/chat-small.jsonl"]
+    chat = sorted(c for c, v in cfg["conditions"].items() if v.get("workload") == "chat")
+    assert chat == ["chat-base", "chat-legal", "chat-support", "chat-support-legal"]
+    train_tokenizer(tmp_path / "tok", vocab_size=2048, seed=0)  # as model_build trains the synthetic model's
+    rset = build_request_set(
+        cfg["workload"],
+        cfg["conditions"],
+        cfg["bursts"],
+        workloads=cfg["workloads"],
+        counter=HfTokenizer(tmp_path / "tok"),
+        limits=context_limits(cfg),
+    )
+    prompts = rset["prompts"]
+    sets = {c: rset["sets"][f"{c}/4"] for c in chat}
+    # every chat condition sends the same dataset lines (prompts of several lengths, their own output lengths)
+    shapes = {c: [(r["prompt"], r["max_tokens"]) for r in rows] for c, rows in sets.items()}
+    assert len({tuple(v) for v in shapes.values()}) == 1, shapes
+    lines = [prompts[p] for p, _ in shapes["chat-base"]]
+    assert all(p["source"].startswith("tests/fixtures/chat-small.jsonl:") for p in lines)
+    assert len({p["tokens"] for p in lines}) > 1 and len({m for _, m in shapes["chat-base"]}) > 1
+    assert [r["adapter"] for r in sets["chat-support-legal"]] == ["support", "legal", "support", "legal"]
+    assert rset["workloads"]["chat"]["conditions"] == chat
+    # each chat condition is compared with the base model under the same requests, never with the fixed prompt's
+    job = server_job(cfg, "lora-4", "cpu")
+    assert job.reference == "base" and job.references == dict.fromkeys(chat, "chat-base")
+    progress = Progress(job.reference, job.conditions, job.bursts, job.references)
+    assert {c: d for (c, _), (d, _), _ in progress.comparisons()} == {
+        "support": "base", "legal": "base", "support-legal-a": "base",
+        "chat-support": "chat-base", "chat-legal": "chat-base", "chat-support-legal": "chat-base",
+    }  # fmt: skip
+    # the report's findings (enabling LoRA, one adapter) take conditions of the fixed-prompt workload only
+    assert role_conditions(cfg) == {"base": "base", "one-adapter": "legal"}

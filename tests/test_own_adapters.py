@@ -123,5 +123,6 @@ def test_each_fault_stops_the_job_naming_key_and_folder(
     expected = {**FAULTS, **JOB_FAULTS}[fault]
     assert expected in msg, msg
     assert not (tmp_path / "own").exists()  # nothing copied, no manifest: no partial result
-    if fault in ("targets", "hidden-size", "layers"):  # what the adapter was made for, beside the study's model
+    # what the adapter was made for, beside the study's model
+    if fault in ("targets", "fused-targets", "hidden-size", "layers"):
         assert "this study's model is tiny-qwen3 (qwen3, hidden_size 256, 2 layers)" in msg, msg

@@ -31,10 +31,12 @@ def make_adapter(
     alpha: int = 16,
     base_name: str = "tiny-qwen3",
     scale: float = 0.05,
+    rank_pattern: dict[str, int] | None = None,
 ) -> Path:
     """Save one PEFT LoRA adapter for ``architecture`` (a Hugging Face config.json, as a file or a dict) into
     ``out``. lora_A and lora_B hold a deterministic pattern (a sine over the tensor, its frequency and phase set
-    by ``index``) scaled by ``scale``, never zero as PEFT's untrained lora_B is."""
+    by ``index``) scaled by ``scale``, never zero as PEFT's untrained lora_B is. ``rank_pattern`` gives some
+    targets another rank than ``rank`` (PEFT's own key of that name)."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -45,6 +47,7 @@ def make_adapter(
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     lora = LoraConfig(
         r=rank,
+        rank_pattern=dict(rank_pattern or {}),
         lora_alpha=alpha,
         target_modules=list(targets or ["q_proj", "k_proj", "v_proj", "o_proj"]),
         lora_dropout=0.0,

@@ -20,6 +20,15 @@ GPT2_ARCH: dict[str, Any] = {
     "n_positions": 128,
     "vocab_size": 256,
 }
+# A Phi-3 of the tiny model's sizes: its attention fuses q, k and v into one layer, qkv_proj, the tiny Qwen3 lacks
+PHI3_ARCH: dict[str, Any] = {
+    **{k: TINY_ARCH[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "vocab_size")},
+    **{k: TINY_ARCH[k] for k in ("num_attention_heads", "num_key_value_heads", "bos_token_id", "eos_token_id")},
+    "architectures": ["Phi3ForCausalLM"],
+    "model_type": "phi3",
+    "max_position_embeddings": 2048,
+    "pad_token_id": 0,
+}
 
 # fault -> what the error says about it (besides the adapter's key and folder)
 FAULTS = {
@@ -27,7 +36,9 @@ FAULTS = {
     "bad-config": "adapter_config.json: unreadable",
     "no-weights": "no adapter weights (adapter_model.safetensors or adapter_model.bin)",
     "targets": "target_modules ['c_attn'] name no layer of the base model",
+    "fused-targets": "target_modules ['qkv_proj'] name no layer of the base model",  # o_proj, its other one, does
     "rank": "rank 16 is above servers.lora-2.max_lora_rank (8)",
+    "rank-pattern": "rank 16 is above servers.lora-2.max_lora_rank (8)",  # r is 8, o_proj's rank_pattern 16
     "hidden-size": "most of its layers take 128 inputs, the model's hidden size is 256",
     "layers": "the adapter has layers up to 3, the model 2 (0..1): an adapter of another architecture",
 }
@@ -47,8 +58,12 @@ def broken(fault: str, dest: Path) -> Path:
     """An adapter folder with ``fault`` (a key of FAULTS or JOB_FAULTS)."""
     if fault == "targets":
         return make_adapter(dest, GPT2_ARCH, targets=["c_attn"], base_name="gpt2-tiny")
+    if fault == "fused-targets":
+        return make_adapter(dest, PHI3_ARCH, targets=["qkv_proj", "o_proj"], base_name="tiny-phi3")
     if fault == "rank":
         return good(dest, rank=16)
+    if fault == "rank-pattern":
+        return good(dest, rank_pattern={"o_proj": 16})
     if fault == "hidden-size":
         return make_adapter(dest, {**TINY_ARCH, "hidden_size": 128}, base_name="tiny-qwen3-narrow")
     if fault == "layers":
