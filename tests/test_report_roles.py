@@ -163,3 +163,20 @@ def test_rank_costs_are_taken_against_the_base_condition_by_its_role():
     rows = [{**r, "condition": "plain" if r["condition"] == "base" else r["condition"]} for r in _rows(700)]
     cost = {(r["server"], r["condition"]): r for r in rank_rows(rows, ADAPTERS, "plain")["cost"]}
     assert cost[("rank64", "r64")]["pct"] == pytest.approx(-30.0)
+
+
+def test_a_condition_of_another_workload_takes_no_role_unless_given_one():
+    config = {
+        "servers": {"s": {"lora": True, "max_loras": 2, "conditions": ["base", "a", "long-a", "long-base"]}},
+        "conditions": {
+            "base": {"adapters": ["base"]},
+            "a": {"adapters": ["a"]},
+            "long-base": {"adapters": ["base"], "workload": "long"},
+            "long-a": {"adapters": ["a"], "workload": "long"},
+        },
+    }
+    roles = condition_roles(config)
+    assert (roles["long-a"], roles["long-base"], roles["a"]) == ("other", "other", "one-adapter")
+    assert role_conditions(config) == {"base": "base", "one-adapter": "a"}
+    config["conditions"]["long-a"]["role"] = "one-adapter"
+    assert role_conditions(config)["one-adapter"] == "long-a"

@@ -164,6 +164,8 @@ def _ratio(m: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, str, l
     den, n2 = select_row(ctx, m["den"], fallback)
     if num is None or den is None:
         return None, n1 or n2, [], None
+    if (num.get("workload") or "default") != (den.get("workload") or "default"):
+        return None, f"{_evidence(num)} and {_evidence(den)} send different workloads", [], None
     a, b = _metric(num, m["metric"]), _metric(den, m["metric"])
     if a is None or b is None or b == 0:
         return None, f"{m['metric']} missing", [], None

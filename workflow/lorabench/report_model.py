@@ -185,6 +185,7 @@ def build(inputs: ReportInputs, out_dir: Path, checkout: Path, hardware_path: st
             "envs": envs,
             "measurement": measurement,
             "conditions": summary.get("conditions", {}),
+            "base_conditions": sorted(c for c, v in (config.get("conditions") or {}).items() if not adapter_set(v)),
             "engines_in_study": sorted({r["engine"] for r in rows}),
         },
         findings=findings(

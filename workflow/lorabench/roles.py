@@ -51,8 +51,13 @@ def derived_role(config: dict[str, Any], name: str) -> str:
 
 
 def condition_roles(config: dict[str, Any]) -> dict[str, str]:
-    """Every condition's role: the config's where it sets one, else the derived one."""
-    return {name: cond.get("role") or derived_role(config, name) for name, cond in config["conditions"].items()}
+    """Every condition's role: the config's where it sets one, else the derived one; a condition of another
+    workload than the study's own takes none (``other``) unless the config gives it one, so that the findings
+    never set a condition of one workload against another's."""
+    return {
+        name: cond.get("role") or ("other" if cond.get("workload") else derived_role(config, name))
+        for name, cond in config["conditions"].items()
+    }
 
 
 def role_conditions(config: dict[str, Any]) -> dict[str, str]:

@@ -610,7 +610,9 @@ def aggregate(
         "hardware": hardware,
         "rows": records,
         "per_adapter": [
-            {"server": server, **row} for server, f in sorted(facts.items()) for row in (f.get("per_adapter") or [])
+            {"server": server, **row, "workload": workload_of(conditions.get(row["condition"]) or {})}
+            for server, f in sorted(facts.items())
+            for row in (f.get("per_adapter") or [])
         ],
         "engine_comparison": [c.to_json() for c in engine_comparison(records)],
         "comparisons": [c.to_json() for c in paired_comparisons(records, facts)],
