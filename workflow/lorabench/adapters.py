@@ -15,14 +15,20 @@ from .io import sha256_file, write_json
 log = logging.getLogger(__name__)
 
 
-def lora_parameter_count(model_config: dict[str, Any], rank: int, target_modules: list[str]) -> int:
-    """Trainable LoRA parameters computed from a model config alone: r * (in + out) per targeted linear."""
+# Where each linear of a Llama-layout decoder layer sits (its module path within the layer).
+LINEAR_PATHS = {"q_proj": "self_attn.q_proj", "k_proj": "self_attn.k_proj", "v_proj": "self_attn.v_proj",
+                "o_proj": "self_attn.o_proj", "gate_proj": "mlp.gate_proj", "up_proj": "mlp.up_proj",
+                "down_proj": "mlp.down_proj"}  # fmt: skip
+
+
+def linear_shapes(model_config: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """(in, out) features of each linear of a decoder layer of a Llama-layout model, from its config alone."""
     hidden = int(model_config["hidden_size"])
     heads = int(model_config["num_attention_heads"])
-    kv_heads = int(model_config.get("num_key_value_heads", heads))
+    kv_heads = int(model_config.get("num_key_value_heads") or heads)
     head_dim = int(model_config.get("head_dim") or hidden // heads)
     inter = int(model_config.get("intermediate_size", 0))
-    shapes = {
+    return {
         "q_proj": (hidden, heads * head_dim),
         "k_proj": (hidden, kv_heads * head_dim),
         "v_proj": (hidden, kv_heads * head_dim),
@@ -31,6 +37,11 @@ def lora_parameter_count(model_config: dict[str, Any], rank: int, target_modules
         "up_proj": (hidden, inter),
         "down_proj": (inter, hidden),
     }
+
+
+def lora_parameter_count(model_config: dict[str, Any], rank: int, target_modules: list[str]) -> int:
+    """Trainable LoRA parameters computed from a model config alone: r * (in + out) per targeted linear."""
+    shapes = linear_shapes(model_config)
     unknown = [m for m in target_modules if m not in shapes]
     if unknown:
         raise ValueError(f"target_modules: no shape known for {unknown}")

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .adapters import LINEAR_PATHS, linear_shapes
 from .io import sha256_file, write_json
 
 log = logging.getLogger(__name__)
@@ -63,19 +64,7 @@ class ModelLayers:
         if model_type not in _LLAMA_LIKE:
             return None
         hidden = int(cfg["hidden_size"])
-        heads = int(cfg["num_attention_heads"])
-        kv = int(cfg.get("num_key_value_heads") or heads)
-        head_dim = int(cfg.get("head_dim") or hidden // heads)
-        inter = int(cfg["intermediate_size"])
-        per_layer = {
-            "self_attn.q_proj": (hidden, heads * head_dim),
-            "self_attn.k_proj": (hidden, kv * head_dim),
-            "self_attn.v_proj": (hidden, kv * head_dim),
-            "self_attn.o_proj": (heads * head_dim, hidden),
-            "mlp.gate_proj": (hidden, inter),
-            "mlp.up_proj": (hidden, inter),
-            "mlp.down_proj": (inter, hidden),
-        }
+        per_layer = {LINEAR_PATHS[m]: shape for m, shape in linear_shapes(cfg).items()}
         n = int(cfg["num_hidden_layers"])
         layers = {"model.embed_tokens": (int(cfg["vocab_size"]), hidden)}
         layers |= {f"model.layers.{i}.{m}": s for i in range(n) for m, s in per_layer.items()}
