@@ -132,6 +132,22 @@ def server_job_params(server, runtime=False, prefix=False):
     ).to_json()
 
 
+def kind_params(kind, server):
+    """The settings of a job kind other than the load test (lorabench.jobs.JobKind.to_json) as the rule's params;
+    each kind's module is imported only when its rule is planned."""
+    if kind == "runtime_load":
+        from lorabench.job import runtime_load_params
+        from lorabench.runtime_load import RuntimeLoading
+
+        return RuntimeLoading(runtime_load_params(config)).to_json()
+    if kind == "prefix_cache":
+        from lorabench.job import prefix_cache_params
+        from lorabench.prefix_cache import PrefixCaching
+
+        return PrefixCaching(prefix_cache_params(config)).to_json()
+    raise ValueError(f"no job kind {kind!r} with params")
+
+
 def server_inputs(wildcards):
     return input_paths(config, wildcards.server)
 
