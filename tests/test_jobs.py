@@ -19,7 +19,9 @@ from lorabench.job import JobInputs, PrefixCache, RuntimeLoad, ServerJob
 from lorabench.jobs import JobKind, run_job
 from lorabench.loadtest import LoadTest
 from lorabench.measure.burst import BURST_SCHEMA, Burst
+from lorabench.measure.sweep import OverSaturation, Slo, SweepSettings
 from lorabench.prefix_cache import PrefixCaching
+from lorabench.rate_sweep import RateSweep
 from lorabench.runtime_load import RuntimeLoading
 
 from .conftest import ROOT
@@ -133,6 +135,36 @@ def test_prefix_caching_writes_its_pairs(tmp_path: Path, toy: None):
     assert len(list(read_jsonl(out / "records.jsonl"))) == 2 * 5 and (out / "server.log").exists()
 
 
+def short_sweep() -> RateSweep:
+    settings = SweepSettings(
+        points=2, max_rate_factor=2.0, warmup_s=0.15, duration_s=0.6, drain_s=0.05, repeats=2, probe_concurrency=8,
+        settle_s=0.05, max_send_lag_ms=50.0, max_in_flight=64, over_saturation=OverSaturation(0.9, 2.0, 50.0),
+        slo=Slo(ttft_p99_ms=50.0, itl_p99_ms=1000.0), seed=1, request_timeout_s=30.0,
+    )  # fmt: skip
+    return RateSweep(["base"], {"base": {"adapters": ["base"]}}, settings)
+
+
+@pytest.mark.integration
+def test_the_rate_sweep_writes_its_sweeps_records_and_facts(tmp_path: Path, toy: None):
+    from lorabench.capacity import SweepFile
+
+    job, inputs = job_of(tmp_path, fake=["--slots", "4", "--delay", "0.005"])
+    kind = short_sweep()
+    assert RateSweep.from_json(kind.to_json()) == kind
+    out = _out(tmp_path, kind)
+    run_job(kind, job, inputs, out)
+    assert sorted(p.name for p in out.iterdir() if p.name != "server.pid") == sorted([*kind.files, "server.log"])
+    swept = SweepFile.read(out / "sweep.json")
+    assert swept.status == "ok" and swept.slo == kind.params.slo and [s.mix for s in swept.sweeps] == ["base"]
+    (res,) = swept.sweeps
+    assert res.max_rate_per_s > 0 and res.cycles == 2 and len(res.points) == 2 * len(res.fractions)
+    records = list(read_jsonl(out / "records.jsonl"))
+    assert {r["mix"] for r in records} == {"base"} and all(r["request_id"].startswith("toy-1/sweep/") for r in records)
+    facts = read_json(out / "facts.json")
+    assert facts["status"] == "ok" and facts["measurement"]["method"] == "rate_sweep" and facts["readiness_s"] > 0
+    assert facts["probes"]["models_listed"] == ["m"] and facts["probes"]["canary"] is None
+
+
 @pytest.mark.integration
 def test_a_job_whose_server_cannot_start_leaves_no_output(tmp_path: Path, toy: None):
     job, inputs = job_of(tmp_path, fake=["--no-such-flag"])
@@ -143,7 +175,9 @@ def test_a_job_whose_server_cannot_start_leaves_no_output(tmp_path: Path, toy: N
 
 
 @pytest.mark.parametrize(
-    "kind", [LoadTest(), RuntimeLoading(RuntimeLoad(adapter="c")), PrefixCaching(PrefixCache())], ids=lambda k: k.name
+    "kind",
+    [LoadTest(), RuntimeLoading(RuntimeLoad(adapter="c")), PrefixCaching(PrefixCache()), short_sweep()],
+    ids=lambda k: k.name,
 )
 def test_a_job_that_cannot_run_here_says_so_in_every_file(tmp_path: Path, kind: JobKind):
     job, inputs = job_of(tmp_path)

@@ -21,9 +21,21 @@ from .test_pipeline_e2e import copy_repo, planned, snakemake
 PKG = ROOT / "workflow" / "lorabench"
 SCRIPTS = ROOT / "workflow" / "scripts"
 # Modules that only analyse saved results: editing one must never rerun a job that measures.
-ANALYSIS = ("summary", "report", "claims", "plots", "queues", "bundle", "provenance", "stats", "roles")
+ANALYSIS = (
+    "summary",
+    "report",
+    "claims",
+    "plots",
+    "queues",
+    "bundle",
+    "provenance",
+    "stats",
+    "roles",
+    "capacity",
+    "sweep_plots",
+)
 # Rules that start a server; each runs workflow/scripts/RULE.py.
-MEASURING = ("server_loadtest", "runtime_load", "prefix_cache")
+MEASURING = ("server_loadtest", "runtime_load", "prefix_cache", "rate_sweep")
 
 
 def _names(files: list[Path], pkg: Path) -> set[str]:

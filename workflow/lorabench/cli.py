@@ -1,5 +1,5 @@
 """Command line: ``lorabench bundle verify|render``, ``lorabench job KIND SPEC.json`` (a job without Snakemake,
-e.g. on a GPU box; KIND is loadtest, runtime_load or prefix_cache; SPEC holds ``job``, the rule's
+e.g. on a GPU box; KIND is loadtest, runtime_load, prefix_cache or rate_sweep; SPEC holds ``job``, the rule's
 params, ``kind``, the kind's params where it has any (``jobs.JobKind.to_json``), ``inputs``, its input files by
 name as ``lorabench.job.input_paths`` gives them, and ``out_dir``), ``lorabench check-config CONFIG``."""
 
@@ -18,6 +18,7 @@ JOB_KINDS = {
     "loadtest": "loadtest:LoadTest",
     "runtime_load": "runtime_load:RuntimeLoading",
     "prefix_cache": "prefix_cache:PrefixCaching",
+    "rate_sweep": "rate_sweep:RateSweep",
 }
 
 

@@ -28,6 +28,7 @@ from lorabench.config import (  # noqa: E402
     detect_hardware,
     load_and_check,
     prefix_cache_servers,
+    rate_sweep_mixes,
     runtime_load_servers,
     stable_hash,
 )
@@ -145,7 +146,14 @@ def kind_params(kind, server):
         from lorabench.prefix_cache import PrefixCaching
 
         return PrefixCaching(prefix_cache_params(config)).to_json()
-    raise ValueError(f"no job kind {kind!r} with params")
+    from lorabench.rate_sweep import RateSweep
+
+    return RateSweep.of_config(config, server).to_json()
+
+
+def sweep_servers():
+    """The servers of rate_sweep.servers (none without a rate_sweep section)."""
+    return sorted(rate_sweep_mixes(config))
 
 
 def server_inputs(wildcards):
@@ -190,4 +198,5 @@ def loaded_configfiles():
 
 
 def all_targets():
-    return ["results/report/index.html", f"results/bundle/{STUDY}.tar.gz"]
+    sweeps = ["results/capacity/capacity.json"] if sweep_servers() else []
+    return ["results/report/index.html", f"results/bundle/{STUDY}.tar.gz", *sweeps]

@@ -54,6 +54,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
+import aiohttp
+
+from ..harness import quiet_gc
 from ..loadgen.arrivals import OpenLoopRun, Phases, percentile, poisson_schedule, run_closed, run_poisson
 from ..loadgen.client import CompletionRequest, RequestRecord, make_session
 from ..loadgen.workload import draw_adapters
@@ -537,6 +540,14 @@ class SweepSettings:
         d["slo"] = self.slo.to_json()
         return d
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SweepSettings:
+        """``to_json``'s object back (an unknown or missing key is an error)."""
+        d = dict(data)
+        d["over_saturation"] = OverSaturation(**d["over_saturation"])
+        d["slo"] = Slo.from_json(d["slo"])
+        return cls(**d)
+
 
 # (mix, n, draw key, tag) -> n requests: the same draw key gives the same adapters in the same order; the tag
 # makes the request ids of one run unique.
@@ -593,6 +604,90 @@ def _rotated(items: list[T], k: int) -> list[T]:
     return items[k:] + items[:k]
 
 
+@dataclass
+class _Sweep:
+    """One server's sweep under way (``sweep_server``): the runs, their points and rows."""
+
+    session: aiohttp.ClientSession
+    base_url: str
+    server: str
+    source: RequestSource
+    settings: SweepSettings
+    gc_mode: str
+    records: list[dict[str, Any]] = field(default_factory=list)
+    results: dict[str, SweepResult] = field(default_factory=dict)
+    runs: int = 0  # runs done, for the progress lines
+
+    async def probe(self, mix: str) -> SweepResult:
+        """The saturation probe of one mix: closed loop at ``probe_concurrency``; its rate is the mix's maximum."""
+        st, phases = self.settings, self.settings.phases
+        reqs = self.source(mix, max(4 * st.probe_concurrency, 64), "probe", "probe")
+        with quiet_gc(self.gc_mode):
+            run = await run_closed(self.session, self.base_url, reqs, st.probe_concurrency, phases,
+                                   st.request_timeout_s, st.max_in_flight)  # fmt: skip
+        probe = RatePoint.of_run(run, server=self.server, mix=mix, cycle=0, position=-1, fraction=float("nan"),
+                                 slo=st.slo, over=st.over_saturation)  # fmt: skip
+        self.records.extend(run.rows(server=self.server, mix=mix, cycle=0, fraction=None, rate_per_s=None))
+        if not probe.achieved_per_s > 0:
+            raise SweepError(
+                f"rate_sweep: server {self.server}, mix {mix}: the saturation probe completed no request in its "
+                f"{phases.duration_s:g} s window ({probe.n_sent} sent, {probe.n_errors} failed): no rate to sweep"
+            )
+        log.info("%s/%s probe at concurrency %d: %.2f req/s", self.server, mix, st.probe_concurrency,
+                 probe.achieved_per_s)  # fmt: skip
+        await asyncio.sleep(st.settle_s)
+        return SweepResult(self.server, mix, probe.achieved_per_s, probe, [], settings=st.to_json())
+
+    async def measure(self, mix: str, cycle: int, position: int, fraction: float, of: str) -> RatePoint:
+        """One open-loop run of Poisson arrivals at ``fraction`` of the mix's probe rate (``of``: its place in
+        the sweep, for the log)."""
+        st = self.settings
+        rate = fraction * self.results[mix].max_rate_per_s
+        schedule = poisson_schedule(rate, st.phases.total_s, f"{st.seed}/{mix}/{cycle}")
+        reqs = self.source(mix, len(schedule), f"c{cycle}", f"c{cycle}/f{fraction:g}")
+        with quiet_gc(self.gc_mode):
+            run = await run_poisson(self.session, self.base_url, reqs, schedule, st.phases, st.request_timeout_s,
+                                    st.max_send_lag_ms / 1000, st.max_in_flight, rate_per_s=rate)  # fmt: skip
+        point = RatePoint.of_run(run, server=self.server, mix=mix, cycle=cycle, position=position, fraction=fraction,
+                                 slo=st.slo, over=st.over_saturation)  # fmt: skip
+        self.records.extend(run.rows(server=self.server, mix=mix, cycle=cycle, fraction=fraction, rate_per_s=rate))
+        self.runs += 1
+        log.info(
+            "%s/%s cycle %d/%d, %s: %.0f %% (%.2f req/s): achieved %.2f req/s, p99 TTFT %.0f ms, p99 ITL %.1f ms%s%s",
+            self.server, mix, cycle + 1, st.repeats, of, 100 * fraction, rate, point.achieved_per_s,
+            point.ttft_ms_p99, point.itl_ms_p99,
+            f"; over-saturated: {point.over_saturated}" if point.over_saturated else "",
+            f"; client-bound: {point.client_bound}" if point.client_bound else "",
+        )  # fmt: skip
+        await asyncio.sleep(st.settle_s)
+        return point
+
+    async def first_cycle(self, mix: str) -> None:
+        """Cycle 0 of one mix: its rates ascending, up to the first over-saturated one (which fixes its rates)."""
+        st = self.settings
+        res = self.results[mix] = await self.probe(mix)
+        grid = st.fractions()
+        stop = ""
+        for pos, fraction in enumerate(grid):
+            point = await self.measure(mix, 0, pos, fraction, f"rate {pos + 1} of at most {len(grid)}")
+            res.points.append(point)
+            res.fractions.append(fraction)
+            if point.over_saturated:
+                stop = f"over-saturated at {100 * fraction:.0f} % of the probe's rate: {point.over_saturated}"
+                break
+        res.stop_reason = stop or f"no over-saturation up to {st.max_rate_factor:g}x the probe's rate"
+        log.info("%s/%s: rates fixed after cycle 0: %s", self.server, mix, res.stop_reason)
+
+    async def later_cycles(self, mixes: list[str]) -> None:
+        """Cycles 1.. : every (mix, rate) cell once each, the order rotated from one cycle to the next."""
+        cells = [(mix, f) for mix in mixes for f in self.results[mix].fractions]
+        stride = max(1, len(cells) // self.settings.repeats)
+        for cycle in range(1, self.settings.repeats):
+            for pos, (mix, fraction) in enumerate(_rotated(cells, cycle * stride)):
+                point = await self.measure(mix, cycle, pos, fraction, f"run {pos + 1} of {len(cells)}")
+                self.results[mix].points.append(point)
+
+
 async def sweep_server(
     base_url: str,
     server: str,
@@ -600,111 +695,15 @@ async def sweep_server(
     source: RequestSource,
     settings: SweepSettings,
     api_key: str | None = None,
+    gc_mode: str = "freeze",
 ) -> SweepOutcome:
-    """Probe, then sweep every mix on the server now serving at ``base_url`` (the module's docstring)."""
-    phases = settings.phases
-    lag_s = settings.max_send_lag_ms / 1000
-    records: list[dict[str, Any]] = []
-    results: dict[str, SweepResult] = {}
+    """Probe, then sweep every mix on the server now serving at ``base_url`` (the module's docstring); the
+    garbage collector quiet during each run as ``gc_mode`` says (``harness.quiet_gc``)."""
     async with make_session(settings.max_in_flight, api_key) as session:
-
-        async def measure(mix: str, cycle: int, position: int, fraction: float) -> RatePoint:
-            rate = fraction * results[mix].max_rate_per_s
-            schedule = poisson_schedule(rate, phases.total_s, f"{settings.seed}/{mix}/{cycle}")
-            reqs = source(mix, len(schedule), f"c{cycle}", f"c{cycle}/f{fraction:g}")
-            run = await run_poisson(
-                session,
-                base_url,
-                reqs,
-                schedule,
-                phases,
-                settings.request_timeout_s,
-                lag_s,
-                settings.max_in_flight,
-                rate_per_s=rate,
-            )
-            point = RatePoint.of_run(
-                run,
-                server=server,
-                mix=mix,
-                cycle=cycle,
-                position=position,
-                fraction=fraction,
-                slo=settings.slo,
-                over=settings.over_saturation,
-            )
-            records.extend(run.rows(server=server, mix=mix, cycle=cycle, fraction=fraction, rate_per_s=rate))
-            log.info(
-                "%s/%s cycle %d: %.0f %% (%.2f req/s): achieved %.2f req/s, p99 TTFT %.0f ms, p99 ITL %.1f ms%s%s",
-                server,
-                mix,
-                cycle,
-                100 * fraction,
-                rate,
-                point.achieved_per_s,
-                point.ttft_ms_p99,
-                point.itl_ms_p99,
-                f"; over-saturated: {point.over_saturated}" if point.over_saturated else "",
-                f"; client-bound: {point.client_bound}" if point.client_bound else "",
-            )
-            await asyncio.sleep(settings.settle_s)
-            return point
-
+        sweep = _Sweep(session, base_url, server, source, settings, gc_mode)
         for mix in mixes:
-            n_probe = max(4 * settings.probe_concurrency, 64)
-            reqs = source(mix, n_probe, "probe", "probe")
-            run = await run_closed(
-                session,
-                base_url,
-                reqs,
-                settings.probe_concurrency,
-                phases,
-                settings.request_timeout_s,
-                settings.max_in_flight,
-            )
-            probe = RatePoint.of_run(
-                run,
-                server=server,
-                mix=mix,
-                cycle=0,
-                position=-1,
-                fraction=float("nan"),
-                slo=settings.slo,
-                over=settings.over_saturation,
-            )
-            records.extend(run.rows(server=server, mix=mix, cycle=0, fraction=None, rate_per_s=None))
-            if not probe.achieved_per_s > 0:
-                raise SweepError(
-                    f"rate_sweep: server {server}, mix {mix}: the saturation probe completed no request in its "
-                    f"{phases.duration_s:g} s window ({probe.n_sent} sent, {probe.n_errors} failed): no rate to sweep"
-                )
-            log.info(
-                "%s/%s probe at concurrency %d: %.2f req/s",
-                server,
-                mix,
-                settings.probe_concurrency,
-                probe.achieved_per_s,
-            )
-            await asyncio.sleep(settings.settle_s)
-            results[mix] = SweepResult(server, mix, probe.achieved_per_s, probe, [], settings=settings.to_json())
-            stop = ""
-            for pos, fraction in enumerate(settings.fractions()):
-                point = await measure(mix, 0, pos, fraction)
-                results[mix].points.append(point)
-                results[mix].fractions.append(fraction)
-                if point.over_saturated:
-                    stop = f"over-saturated at {100 * fraction:.0f} % of the probe's rate: {point.over_saturated}"
-                    break
-            results[mix].stop_reason = stop or (
-                f"no over-saturation up to {settings.max_rate_factor:g}x the probe's rate"
-            )
-            log.info("%s/%s: rates fixed after cycle 0: %s", server, mix, results[mix].stop_reason)
-
-        cells = [(mix, f) for mix in mixes for f in results[mix].fractions]
-        stride = max(1, len(cells) // settings.repeats)
-        for cycle in range(1, settings.repeats):
-            for pos, (mix, fraction) in enumerate(_rotated(cells, cycle * stride)):
-                results[mix].points.append(await measure(mix, cycle, pos, fraction))
-        for r in results.values():
-            r.cycles = settings.repeats
-    return SweepOutcome([results[m] for m in mixes], records)
+            await sweep.first_cycle(mix)
+        await sweep.later_cycles(mixes)
+    for r in sweep.results.values():
+        r.cycles = settings.repeats
+    return SweepOutcome([sweep.results[m] for m in mixes], sweep.records)
