@@ -1,6 +1,6 @@
 """Study capacity, CPU-sized, end to end with real vLLM (CPU build) servers as far as the sweeps and the capacity
 tables (rule ``sweeps``): a Poisson rate sweep per server and mix, capacity at the SLO with its interval, LoRA's
-cost in capacity, the sizing sentences and the plots (slow: about 10 minutes)."""
+cost in capacity, the sizing sentences and the plots (slow: about 12 minutes)."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_capacity_tables_findings_and_plots(capacity: Path):
     # (not where the LoRA-off capacity is itself a bound)
     want = "" if base["lora-off"]["mark"] else "lora-off/base"
     assert base["lora-4"]["lora_reference"] == want, base
-    assert [f.split(",")[0] for f in model["findings"]] == ["For mix base", "For mix zipf4 (4 adapters"]
+    assert [f.split(",")[0] for f in model["findings"]] == ["For mix base (base model only)", "For mix zipf4 (4 adapters"]
     plots = capacity / "results/capacity/plots"
     assert (plots / model["plots"]["capacity"]).stat().st_size > 5000
     assert all((plots / f).stat().st_size > 5000 for m in model["plots"]["latency"].values() for f in m.values())
