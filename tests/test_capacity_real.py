@@ -70,7 +70,10 @@ def test_capacity_tables_findings_and_plots(capacity: Path):
     # (not where the LoRA-off capacity is itself a bound)
     want = "" if base["lora-off"]["mark"] else "lora-off/base"
     assert base["lora-4"]["lora_reference"] == want, base
-    assert [f.split(",")[0] for f in model["findings"]] == ["For mix base (base model only)", "For mix zipf4 (4 adapters"]
+    assert [f.split(",")[0] for f in model["findings"]] == [
+        "For mix base (base model only)",
+        "For mix zipf4 (4 adapters",
+    ]
     plots = capacity / "results/capacity/plots"
     assert (plots / model["plots"]["capacity"]).stat().st_size > 5000
     assert all((plots / f).stat().st_size > 5000 for m in model["plots"]["latency"].values() for f in m.values())
