@@ -41,8 +41,8 @@ from lorabench.config import detect_hardware, load_file  # noqa: E402
 from lorabench.engines import ServerSpec, get_engine  # noqa: E402
 from lorabench.io import read_json, setup_job_logging, write_json  # noqa: E402
 from lorabench.job import read_inputs_in, server_job  # noqa: E402
-from lorabench.loadtest import engine_server  # noqa: E402
 from lorabench.server import terminate_on_signals  # noqa: E402
+from lorabench.session import engine_server  # noqa: E402
 
 TARGETS = (("throughput", 3.0), ("ttft", 5.0), ("itl", 5.0))
 # shown, not a target: time from a burst's first request start to its last (how fast the burst leaves the client)

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
 from lorabench.loadgen.client import CompletionRequest, make_session, run_burst, send_request  # noqa: E402
-from lorabench.loadtest import measurement_row  # noqa: E402
+from lorabench.measure.burst import measurement_row  # noqa: E402
 
 
 def vllm_args(cfg: dict) -> argparse.Namespace:

@@ -11,13 +11,14 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-import lorabench.loadtest as loadtest
+import lorabench.session as session_module
 from lorabench.engines import ServerSpec, get_engine
 from lorabench.io import read_json
 from lorabench.loadgen.client import make_session
-from lorabench.loadtest import canary, engine_server
+from lorabench.measure.probes import canary
 from lorabench.runtime_load import load_adapter
 from lorabench.server import ServerStartError
+from lorabench.session import engine_server
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +43,7 @@ def test_port_in_use_fails_with_the_engines_own_message(study: Path, tmp_path: P
     taken.bind(("127.0.0.1", 0))
     taken.listen()
     port = taken.getsockname()[1]
-    monkeypatch.setattr(loadtest, "free_port", lambda host: port)
+    monkeypatch.setattr(session_module, "free_port", lambda host: port)
     srv = engine_server(get_engine("vllm"), spec_of(study, lora=False, adapters={}), "127.0.0.1", tmp_path / "l", None)
     try:
         with pytest.raises(ServerStartError) as e, srv:

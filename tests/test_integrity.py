@@ -21,7 +21,8 @@ from lorabench.engines import ServerSpec, all_server_markers, get_engine
 from lorabench.envs import venv_path
 from lorabench.io import CorruptArtifact, sha256_file, verify_manifest_files, write_jsonl
 from lorabench.loadgen.client import make_session
-from lorabench.loadtest import AdapterIgnored, canary, engine_server
+from lorabench.measure.probes import AdapterIgnored, canary
+from lorabench.session import engine_server
 
 from .conftest import ROOT
 from .support.fake_server import start_in_process

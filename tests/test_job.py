@@ -9,7 +9,8 @@ import json
 import pytest
 
 from lorabench.config import ConfigError
-from lorabench.job import ServerJob, server_job
+from lorabench.job import RuntimeLoad, ServerJob, runtime_load_params, server_job
+from lorabench.runtime_load import RuntimeLoading
 from lorabench.summary import SERVER_KEYS
 
 from .test_config import DEFAULT, check
@@ -25,7 +26,14 @@ def test_params_round_trip_and_are_sorted_json(runtime: bool):
     assert text == json.dumps(json.loads(text), sort_keys=True)
     assert job.server_id == ("lora-2-runtime" if runtime else "lora-2")
     assert ("c" in job.adapters) is not runtime and job.server.runtime_lora is runtime
-    assert (job.runtime_load is not None) is runtime
+    assert "runtime_load" not in json.loads(text)  # the kind's settings travel apart (jobs.JobKind)
+
+
+def test_kind_params_round_trip():
+    kind = RuntimeLoading(runtime_load_params(CFG))
+    assert RuntimeLoading.from_json(kind.to_json()) == kind and json.loads(kind.to_json())["kind"] == "runtime_load"
+    assert kind.params == RuntimeLoad(adapter=CFG["runtime_load"]["adapter"], **{
+        k: v for k, v in CFG["runtime_load"].items() if k not in ("adapter", "server")})  # fmt: skip
 
 
 def test_facts_keep_their_keys():

@@ -9,7 +9,7 @@ import pytest
 from lorabench.engines import ServerSettings
 from lorabench.job import ServerJob
 from lorabench.loadgen.client import CompletionRequest, make_session
-from lorabench.loadtest import send
+from lorabench.measure.measurer import send
 
 from .support.fake_server import start_in_process
 

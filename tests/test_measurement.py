@@ -16,8 +16,9 @@ import pytest
 from lorabench.engines import ServerSettings, ServerSpec, get_engine
 from lorabench.job import ServerJob
 from lorabench.loadgen.client import RequestRecord, make_session
-from lorabench.loadtest import Measurer, measurement_row
+from lorabench.measure.burst import measurement_row
 from lorabench.measure.cycles import Cell, cycle_cells
+from lorabench.measure.measurer import Measurer
 from lorabench.stats import MedianInterval, outliers_below, reached_target
 
 from .support.fake_server import start_in_process
@@ -138,13 +139,13 @@ async def _measure(url: str, job: ServerJob, bursts: int = 1):
         await m.warm_up(cells)
         for cycle in range(bursts):
             await m.cycle_burst(Cell("a", 4, False), cycle, 0)
-        return m, m.measurements[-1]
+        return m, m.measurements[-1].to_json()
 
 
 def test_no_garbage_collection_while_measuring(url, monkeypatch):
     import time
 
-    import lorabench.loadtest as lt
+    import lorabench.measure.measurer as lt
 
     starts: list[float] = []
     enabled: list[bool] = []
@@ -204,7 +205,7 @@ def test_a_burst_records_its_cycle_mode_and_front_end_share(url):
 
 def _measured_rows(job, url: str, monkeypatch) -> list[dict]:
     """A Measurer's whole run on a base-model-only server, warm-up and probes left out; its measured rows."""
-    import lorabench.loadtest as lt
+    import lorabench.measure.measurer as lt
 
     async def nothing(*a, **k):
         return {}
@@ -215,10 +216,10 @@ def _measured_rows(job, url: str, monkeypatch) -> list[dict]:
             m = Measurer(job, get_engine("vllm"), dataclasses.replace(SPEC, lora=False, adapters={}), url, RSET, s)
             m.warm_up = nothing  # type: ignore[method-assign]
             await m.run(None)
-            return [r for r in m.measurements if not r["warmup"]]
+            return [b.to_json() for b in m.measurements if not b.warmup]
 
     with monkeypatch.context() as mp:
-        mp.setattr(lt, "_probe", nothing)
+        mp.setattr(lt, "probe_server", nothing)
         return asyncio.run(run())
 
 

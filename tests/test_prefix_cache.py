@@ -7,8 +7,8 @@ import copy
 import pytest
 
 from lorabench.config import ConfigError
-from lorabench.job import PrefixCache, ServerJob, server_job
-from lorabench.prefix_cache import pairs, prefix_result, prefix_text
+from lorabench.job import PrefixCache, ServerJob, prefix_cache_params, server_job
+from lorabench.prefix_cache import PrefixCaching, pairs, prefix_result, prefix_text
 
 from .test_config import DEFAULT, check
 
@@ -20,8 +20,11 @@ def _cfg(**pc) -> dict:
 
 
 def test_the_job_reports_cached_tokens_and_round_trips():
-    job = server_job(check(_cfg(prefix_words=64)), "lora-2", "cpu", prefix=True)
-    assert job.server_id == "lora-2-prefix" and job.prefix_cache == PrefixCache(prefix_words=64, repeats=3)
+    cfg = check(_cfg(prefix_words=64))
+    job = server_job(cfg, "lora-2", "cpu", prefix=True)
+    kind = PrefixCaching(prefix_cache_params(cfg))
+    assert job.server_id == "lora-2-prefix" and kind.params == PrefixCache(prefix_words=64, repeats=3)
+    assert PrefixCaching.from_json(kind.to_json()) == kind
     assert job.server.args["enable_prompt_tokens_details"] is True  # vLLM's flag for usage.prompt_tokens_details
     assert ServerJob.from_json(job.to_json()) == job
     # the measured server of the same name is left as it is

@@ -10,7 +10,7 @@ import pytest
 
 from lorabench.io import read_json, read_jsonl
 from lorabench.loadgen.client import RequestRecord
-from lorabench.loadtest import measurement_row
+from lorabench.measure.burst import measurement_row
 from lorabench.summary import aggregate, summarize_cell
 
 from .conftest import FIXTURES

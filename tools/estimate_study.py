@@ -5,7 +5,10 @@ A measuring job's time (method v2) is its server's start-up, warm-up (one burst 
 server's stop; a cycle is one burst of every cell (condition x burst size x streamed or not), so it lasts the
 sum of its bursts plus the harness's work between them. Cycles go from ``repetitions`` (the low figure) to
 ``max_repetitions`` or ``max_measuring_s`` seconds of bursts, whichever comes first (the high figure). A side job
-(runtime loading, prefix caching) is a start-up and its work. Start-ups, a burst's duration per burst size and the
+(runtime loading, prefix caching) is a start-up and its work. A rate sweep is a start-up, the stop and, per mix,
+one probe run and ``repeats`` cycles of runs, each run lasting its ramp, window and drain plus ``settle_s``: from
+``points`` runs a cycle (the first cycle stopped at the probe's rate, the low figure) to every rate of the grid up
+to ``max_rate_factor`` (no rate over-saturated, the high figure). Start-ups, a burst's duration per burst size and the
 work between bursts are taken from finished jobs of the same engine under --from STUDY_DIR (their facts' timing
 and their bursts), else stated defaults; the low figure takes the median start, the high one the slowest start
 seen (the first start on a fresh machine compiles kernels). A study of a bigger model or longer outputs than the
@@ -37,16 +40,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
-from lorabench.config import load_file, prefix_cache_servers, runtime_load_servers  # noqa: E402
+from lorabench.config import load_file, prefix_cache_servers, rate_sweep_mixes, runtime_load_servers  # noqa: E402
 from lorabench.io import read_json  # noqa: E402
 from lorabench.job import ServerJob, server_job  # noqa: E402
 from lorabench.measure.cycles import cycle_cells  # noqa: E402
+from lorabench.measure.sweep import SweepSettings  # noqa: E402
 
 # Per job kind: files kept as they are, files kept compressed (.gz), the per-request records, the facts file.
 JOBS = {
     "servers": (("facts.json", "measurements.jsonl"), ("metrics.jsonl", "server.log"), "records.jsonl", "facts.json"),
     "runtime_load": (("load.json",), ("server.log",), "records.jsonl", "load.json"),
     "prefix_cache": (("prefix.json",), ("server.log",), "records.jsonl", "prefix.json"),
+    "rate_sweep": (("sweep.json", "facts.json"), ("server.log",), "records.jsonl", "sweep.json"),
 }
 
 
@@ -77,6 +82,24 @@ def why_stale(kind: str, saved: dict, config: dict | None) -> str:
         return stale(saved, config)
     if kind == "runtime_load":
         return stale_load(saved, config)
+    if kind == "rate_sweep":
+        return stale_sweep(saved, config)
+    return ""
+
+
+def stale_sweep(sweep: dict, config: dict | None) -> str:
+    """Why a saved rate sweep is measured again ('' when it is not): its settings or mixes differ from the
+    config's (its server's own configuration is the load test's to check)."""
+    if config is None:
+        return ""
+    want = rate_sweep_mixes(config).get(sweep.get("server", ""))
+    if want is None:
+        return "its server is not in rate_sweep.servers"
+    if list(sweep.get("mixes") or []) != want:
+        return f"swept mixes {sweep.get('mixes')}"
+    settings = SweepSettings.from_config(config["rate_sweep"], config["workload"]["seed"], config["request_timeout_s"])
+    if sweep.get("settings") != settings.to_json():
+        return f"swept with {sweep.get('settings')}"
     return ""
 
 
@@ -171,6 +194,12 @@ def calibrate(study_dirs: list[Path]) -> dict[str, Timings]:
                 if r.get("burst_s") and r.get("n_errors") == 0:
                     t.bursts.setdefault(int(r["burst"]), []).append(r["burst_s"] / int(r.get("n_bursts") or 1))
             t.stops.append(timing.get("stop_s", STOP_S))
+        for path in sorted(sdir.glob("rate_sweep/*/facts.json")):
+            facts = read_json(path)
+            if facts.get("status") == "ok":
+                t = out.setdefault(facts["engine"], Timings())
+                t.starts.extend(facts.get("readiness_starts_s") or [facts["readiness_s"]])
+                t.stops.append((facts.get("timing") or {}).get("stop_s", STOP_S))
         for kind, name in (("runtime_load", "load.json"), ("prefix_cache", "prefix.json")):
             for path in sorted(sdir.glob(f"{kind}/*/{name}")):
                 res = read_json(path)
@@ -227,9 +256,22 @@ def side(job: ServerJob, t: Timings, kind: str) -> Estimate:
     return Estimate(job.server_id, job.server.engine, kind, start + work + stop, start_hi + work_hi + stop, m1 and m2)
 
 
+def sweeping(job: ServerJob, t: Timings, settings: SweepSettings, mixes: int) -> Estimate:
+    """A rate sweep (the module's docstring): its runs take the time their phases say, whatever the engine."""
+    start, start_hi, m1 = t.figure("start_s")
+    stop, _, _ = t.figure("stop_s")
+    run_s = settings.phases.total_s + settings.settle_s
+    grid = len(settings.fractions())
+    lo = start + stop + mixes * run_s * (1 + settings.points * settings.repeats)
+    hi = start_hi + stop + mixes * run_s * (1 + grid * settings.repeats)
+    what = f"{mixes} mixes x {settings.repeats} cycles of {settings.points}-{grid} runs of {run_s:.0f} s"
+    return Estimate(job.server_id + "-sweep", job.server.engine, what, lo, hi, m1)
+
+
 def stretch_order(config: dict, server: str, side_rank: int) -> tuple:
     """Where a job comes in a stretch: SGLang's jobs first, then per engine LoRA off, then by slot count, each
-    side job (``side_rank`` 1: runtime loading, 2: prefix caching) right after the server it copies."""
+    side job (``side_rank`` 1: runtime loading, 2: prefix caching, 3: the rate sweep) right after the server it
+    copies."""
     s = config["servers"][server]
     return (s["engine"] != "sglang", s["engine"], s["lora"], s.get("max_loras") or 0, server, side_rank)
 
@@ -255,6 +297,14 @@ def estimate(config: dict, timings: dict[str, Timings], engines: list[str] | Non
             est = side(job, timings.get(job.server.engine, Timings()), label)
             est.target, est.order = "results/" + result.format(server), stretch_order(config, server, rank)
             out.append(est)
+    mixes = rate_sweep_mixes(config)
+    if mixes:
+        st = SweepSettings.from_config(config["rate_sweep"], config["workload"]["seed"], config["request_timeout_s"])
+        for server in filter(wanted, mixes):
+            job = server_job(config, server, hardware)
+            est = sweeping(job, timings.get(job.server.engine, Timings()), st, len(mixes[server]))
+            est.target, est.order = f"results/rate_sweep/{server}/sweep.json", stretch_order(config, server, 3)
+            out.append(est)
     return out
 
 
@@ -262,7 +312,7 @@ def saved_and_current(study: Path, config: dict) -> set[str]:
     """Job ids (``vllm-lora-2``, ``vllm-lora-2-runtime``, ...) saved under ``study`` that a restore with this
     config keeps."""
     out = set()
-    suffix = {"servers": "", "runtime_load": "-runtime", "prefix_cache": "-prefix"}
+    suffix = {"servers": "", "runtime_load": "-runtime", "prefix_cache": "-prefix", "rate_sweep": "-sweep"}
     for kind, (_, _, _, facts_name) in JOBS.items():
         for path in sorted(study.glob(f"{kind}/*/{facts_name}")):
             saved = read_json(path)

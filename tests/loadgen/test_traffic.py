@@ -135,7 +135,7 @@ def test_first_schema_request_sets_still_read():
 
 
 def test_the_measuring_code_sends_each_requests_own_prompt(tokenizer: HfTokenizer):
-    from lorabench.loadtest import _requests_for
+    from lorabench.measure.measurer import requests_for as _requests_for
 
     rs = rset(tokenizer)
     spec = ServerSpec(

@@ -1,15 +1,25 @@
-"""Command line: ``lorabench bundle verify|render``, ``lorabench job loadtest SPEC.json`` (a server job without
-Snakemake, e.g. on a GPU box; SPEC holds ``job``, the rule's params, ``inputs``, its input files by name as
-``lorabench.job.input_paths`` gives them, and ``out_dir``), ``lorabench check-config CONFIG``."""
+"""Command line: ``lorabench bundle verify|render``, ``lorabench job KIND SPEC.json`` (a job without Snakemake,
+e.g. on a GPU box; KIND is loadtest, runtime_load, prefix_cache or rate_sweep; SPEC holds ``job``, the rule's
+params, ``kind``, the kind's params where it has any (``jobs.JobKind.to_json``), ``inputs``, its input files by
+name as ``lorabench.job.input_paths`` gives them, and ``out_dir``), ``lorabench check-config CONFIG``."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from pathlib import Path
 
 from .io import setup_job_logging
+
+# Each job kind's module and class (imported when asked for: lorabench.jobs imports no kind).
+JOB_KINDS = {
+    "loadtest": "loadtest:LoadTest",
+    "runtime_load": "runtime_load:RuntimeLoading",
+    "prefix_cache": "prefix_cache:PrefixCaching",
+    "rate_sweep": "rate_sweep:RateSweep",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("check-config", help="validate a study config and exit")
     c.add_argument("config", type=Path)
     j = sub.add_parser("job", help="run one job from a JSON spec")
-    j.add_argument("kind", choices=["loadtest"])
+    j.add_argument("kind", choices=sorted(JOB_KINDS))
     j.add_argument("spec", type=Path)
     j.add_argument("--log", type=Path)
     args = ap.parse_args(argv)
@@ -59,11 +69,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.config}: OK")
         return 0
     if args.cmd == "job":
-        from .loadtest import run_rule_job
+        from .job import ServerJob
+        from .jobs import JobFiles, run_job
 
         setup_job_logging(args.log)
         spec = json.loads(args.spec.read_text())
-        run_rule_job(json.dumps(spec["job"]), argparse.Namespace(**spec["inputs"]), Path(spec["out_dir"]))
+        module, cls = JOB_KINDS[args.kind].split(":")
+        kind = getattr(importlib.import_module(f"lorabench.{module}"), cls).from_json(json.dumps(spec.get("kind")))
+        job = ServerJob.from_json(json.dumps(spec["job"]))
+        run_job(kind, job, JobFiles.of(argparse.Namespace(**spec["inputs"])), Path(spec["out_dir"]))
         return 0
     return 2
 

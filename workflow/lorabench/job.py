@@ -82,8 +82,6 @@ class ServerJob:
     shuffle_seed: int = 0  # the workload's seed (the prefix-caching job's prefix texts)
     hardware: str = ""  # "cpu" or "gpu"; detected when empty
     runnable: bool = True  # False: the engine needs a GPU this machine lacks
-    runtime_load: RuntimeLoad | None = None  # a runtime-loading job rather than a measuring one
-    prefix_cache: PrefixCache | None = None  # a prefix-caching job rather than a measuring one
 
     def __post_init__(self) -> None:
         self.harness = harness_settings(self.harness)
@@ -101,12 +99,9 @@ class ServerJob:
     def from_dict(cls, d: dict[str, Any]) -> ServerJob:
         """The job from its params (``to_json``'s object); an unknown or missing key is an error naming it."""
         d = dict(d)
-        rl, pc = d.pop("runtime_load", None), d.pop("prefix_cache", None)
         return cls(
             server=_typed(ServerSettings, d.pop("server", None), "server"),
-            runtime_load=_typed(RuntimeLoad, rl, "runtime_load") if rl else None,
-            prefix_cache=_typed(PrefixCache, pc, "prefix_cache") if pc else None,
-            **_known(cls, d, "", given=("server", "runtime_load", "prefix_cache")),
+            **_known(cls, d, "", given=("server",)),
         )
 
     @classmethod
@@ -209,10 +204,8 @@ def server_job(
     adapters = server_adapters(config, server)
     if runtime:
         adapters = [a for a in adapters if a != rl["adapter"]]
-    pc = dict(config.get("prefix_cache") or {})
-    if prefix and not pc:
+    if prefix and not config.get("prefix_cache"):
         raise ConfigError(f"prefix_cache: not configured, so server {server!r} has no prefix-caching job")
-    pc.pop("server", None)
     srv = {**srv, "args": {**srv.get("args", {}), **(get_engine(eng["kind"]).cached_tokens_args if prefix else {})}}
     settings = ServerSettings(
         server_id=server + ("-runtime" if runtime else "") + ("-prefix" if prefix else ""),
@@ -223,7 +216,6 @@ def server_job(
         env={**eng.get("env", {}), **srv.get("env", {})},
         **{k: srv[k] for k in server_settings() if k in srv},
     )
-    rl.pop("server", None)
     return ServerJob(
         server=settings,
         engine_id=srv["engine"],
@@ -236,10 +228,26 @@ def server_job(
         shuffle_seed=config["workload"]["seed"],
         hardware=hardware,
         runnable=engine_runnable(config, srv["engine"], hardware),
-        runtime_load=RuntimeLoad(**rl) if runtime else None,
-        prefix_cache=PrefixCache(**pc) if prefix else None,
         **{k: config[k] for k in study_settings()},
     )
+
+
+def runtime_load_params(config: dict[str, Any]) -> RuntimeLoad:
+    """The runtime-loading job's settings (``runtime_load`` less the servers it applies to)."""
+    rl = dict(config.get("runtime_load") or {})
+    if not rl:
+        raise ConfigError("runtime_load: not configured")
+    rl.pop("server", None)
+    return RuntimeLoad(**rl)
+
+
+def prefix_cache_params(config: dict[str, Any]) -> PrefixCache:
+    """The prefix-caching job's settings (``prefix_cache`` less the servers it applies to)."""
+    pc = dict(config.get("prefix_cache") or {})
+    if not pc:
+        raise ConfigError("prefix_cache: not configured")
+    pc.pop("server", None)
+    return PrefixCache(**pc)
 
 
 def input_paths(config: dict[str, Any], server: str, results: str = "results") -> dict[str, Any]:

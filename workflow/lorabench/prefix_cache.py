@@ -9,20 +9,21 @@ is started with the engine's flag for it); the request's latency is its prefill.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 import random
 import statistics
 import time
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import aiohttp
 
 from .engines import Engine
 from .job import JobInputs, PrefixCache, ServerJob
-from .loadgen.client import make_session
-from .loadtest import JobRun, run_side_job
-from .server import ManagedServer
+from .jobs import JobKind, Json, kind_settings
+from .session import ServerSession
 
 log = logging.getLogger(__name__)
 
@@ -123,53 +124,77 @@ def prefix_result(rows: list[dict[str, Any]], pc: PrefixCache) -> dict[str, Any]
 
 
 async def _probe(
-    job: ServerJob, engine: Engine, inputs: JobInputs, base_url: str, api_key: str | None
+    job: ServerJob, pc: PrefixCache, engine: Engine, inputs: JobInputs, http: aiohttp.ClientSession, base_url: str
 ) -> list[dict[str, Any]]:
-    assert job.prefix_cache is not None
-    pc, spec = job.prefix_cache, inputs.spec
+    spec = inputs.spec
     rows: list[dict[str, Any]] = []
-    async with make_session(2, api_key) as session:
-        # warm-up: every model once, on a prefix of its own (first requests compile kernels on some engines)
-        for k, m in enumerate(["base", *sorted(spec.adapters)]):
-            await ask(session, base_url, engine.request_model(spec, m), prefix_text(-1 - k, 32), job.request_timeout_s)
-        todo = pairs(sorted(spec.adapters))
-        for rep in range(pc.repeats):
-            for k, (first, second) in enumerate(todo):
-                prefix = prefix_text(job.shuffle_seed * 1000 + rep * 100 + k, pc.prefix_words)
-                for order, (model, question) in enumerate(((first, " Question one?"), (second, " Question two?"))):
-                    r = await ask(
-                        session, base_url, engine.request_model(spec, model), prefix + question, job.request_timeout_s
-                    )
-                    rows.append({"repeat": rep, "first": first, "second": second, "order": order, "model": model, **r})
-                log.info(
-                    "prefix %s then %s (repeat %d): cached %s of %s prompt tokens, latency %.1f -> %.1f ms",
-                    first, second, rep, rows[-1]["cached_tokens"], rows[-1]["prompt_tokens"],
-                    rows[-2]["latency_ms"], rows[-1]["latency_ms"],
-                )  # fmt: skip
+    # warm-up: every model once, on a prefix of its own (first requests compile kernels on some engines)
+    for k, m in enumerate(["base", *sorted(spec.adapters)]):
+        await ask(http, base_url, engine.request_model(spec, m), prefix_text(-1 - k, 32), job.request_timeout_s)
+    todo = pairs(sorted(spec.adapters))
+    for rep in range(pc.repeats):
+        for k, (first, second) in enumerate(todo):
+            prefix = prefix_text(job.shuffle_seed * 1000 + rep * 100 + k, pc.prefix_words)
+            for order, (model, question) in enumerate(((first, " Question one?"), (second, " Question two?"))):
+                r = await ask(
+                    http, base_url, engine.request_model(spec, model), prefix + question, job.request_timeout_s
+                )
+                rows.append({"repeat": rep, "first": first, "second": second, "order": order, "model": model, **r})
+            log.info(
+                "prefix %s then %s (repeat %d): cached %s of %s prompt tokens, latency %.1f -> %.1f ms",
+                first, second, rep, rows[-1]["cached_tokens"], rows[-1]["prompt_tokens"],
+                rows[-2]["latency_ms"], rows[-1]["latency_ms"],
+            )  # fmt: skip
     return rows
 
 
-def run_prefix_cache(job: ServerJob, inputs: JobInputs, out_dir: Path, host: str = "127.0.0.1") -> dict[str, Any]:
-    """Run one prefix-caching job end to end; returns what is written to ``prefix.json``."""
-    pc = job.prefix_cache
-    assert pc is not None
+@dataclass
+class PrefixResult:
+    """A prefix-caching job's outputs: ``prefix.json`` (``prefix_result`` and the server's head) and the rows of
+    every request."""
 
-    async def pairs_tried(srv: ManagedServer, run: JobRun) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        rows = await _probe(job, run.engine, inputs, srv.base_url, srv.api_key)
+    result: Json
+    rows: list[Json]
+
+    def to_json(self) -> Json:
+        return self.result
+
+    def files(self) -> dict[str, Json | list[Json]]:
+        return {"prefix.json": self.result, "records.jsonl": self.rows}
+
+
+@dataclass
+class PrefixCaching(JobKind):
+    """Prefix caching across adapters (the module's docstring) on the job's server, started with the engine's
+    report of cached prompt tokens on."""
+
+    params: PrefixCache
+    name: ClassVar[str] = "prefix_cache"
+    folder: ClassVar[str] = "prefix_cache"
+    files: ClassVar[tuple[str, ...]] = ("prefix.json", "records.jsonl")
+
+    def settings(self) -> Json:
+        return dataclasses.asdict(self.params)
+
+    @classmethod
+    def from_json(cls, text: str) -> PrefixCaching:
+        return cls(PrefixCache(**kind_settings(text, cls.name)))
+
+    def run(self, session: ServerSession) -> PrefixResult:
+        with session.serving() as srv:
+            rows = asyncio.run(self._pairs(session, srv.base_url))
         failed = [r for r in rows if r["status"] != 200]
         if failed:  # an answer from some pairs only would read as a complete one
             raise RuntimeError(
-                f"{inputs.spec.server_id}: {len(failed)} of {len(rows)} prefix requests failed (HTTP "
+                f"{session.spec.server_id}: {len(failed)} of {len(rows)} prefix requests failed (HTTP "
                 f"{failed[0]['status']}: {failed[0]['error']}); nothing of this job is kept (a shorter "
                 "prefix_cache.prefix_words may help)"
             )
-        return prefix_result(rows, pc), rows
+        result = {**prefix_result(rows, self.params), **session.side_head()}
+        log.info("%s: caches prefixes %s, separate per adapter %s", session.spec.server_id, result["caches_prefixes"],
+                 result["separate_per_adapter"])  # fmt: skip
+        return PrefixResult(result, rows)
 
-    result = run_side_job(job, inputs, out_dir, host, "prefix.json", pairs_tried)
-    log.info(
-        "%s: caches prefixes %s, separate per adapter %s",
-        inputs.spec.server_id,
-        result["caches_prefixes"],
-        result["separate_per_adapter"],
-    )
-    return result
+    async def _pairs(self, session: ServerSession, base_url: str) -> list[Json]:
+        async with session.client(2) as http:
+            return await _probe(session.job, self.params, session.engine, session.inputs, http, base_url)

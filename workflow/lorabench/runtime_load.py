@@ -8,14 +8,13 @@ has that setting (vLLM), by starting a server with that configuration and expect
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
-import re
-import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import aiohttp
 
@@ -24,18 +23,14 @@ from .engines import Engine, ServerSpec
 from .engines.base import adapter_path_allowed
 from .harness import CpuPlan
 from .job import JobInputs, RuntimeLoad, ServerJob
-from .loadgen.client import RequestRecord, make_session, run_burst
-from .loadtest import (
-    AdapterIgnored,
-    JobRun,
-    _median_ms,
-    canary,
-    engine_server,
-    requests_of,
-    run_side_job,
-    served_models,
-)
-from .server import ManagedServer, ServerStartError
+from .jobs import JobKind, Json, kind_settings
+from .loadgen.client import RequestRecord, run_burst
+from .measure.burst import median_ms
+from .measure.measurer import requests_of
+from .measure.probes import AdapterIgnored, canary, served_models
+from .runtime_figures import load_result
+from .server import ServerStartError
+from .session import ServerSession, engine_server
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +47,7 @@ async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) 
 
 
 def _med_ms(recs: list[RequestRecord], attr: str) -> float:
-    return _median_ms([getattr(r, attr) for r in recs if r.ok])
+    return median_ms([getattr(r, attr) for r in recs if r.ok])
 
 
 async def load_adapter(
@@ -70,16 +65,12 @@ class Cycler:
     really happened."""
 
     job: ServerJob
+    rl: RuntimeLoad
     inputs: JobInputs
     engine: Engine
     session: aiohttp.ClientSession
     base_url: str
     rset: dict[str, Any]
-
-    @property
-    def rl(self) -> RuntimeLoad:
-        assert self.job.runtime_load is not None
-        return self.job.runtime_load
 
     @property
     def resident(self) -> str:
@@ -181,47 +172,6 @@ class Cycler:
         return load_result(cycles, self.rl, self.resident, refused), rows
 
 
-def _error_text(body: str) -> str:
-    """The message of an engine's error reply (its body is kept cut at 300 characters, so not always JSON)."""
-    m = re.search(r'"(?:error_message|message|detail)"\s*:\s*"((?:[^"\\]|\\.)*)"', body)
-    return (m.group(1) if m else body)[:200]
-
-
-def load_result(cycles: list[dict[str, Any]], rl: RuntimeLoad, resident: str, refused: bool) -> dict[str, Any]:
-    """What ``load.json`` says of the cycles: each one, and the medians over the cycles whose load call succeeded
-    (a refused load times nothing: its "cold" requests met an adapter that was already there)."""
-    loaded = [c for c in cycles if c["load_status"] == 200]
-
-    def med(key: str) -> float | None:
-        return float(statistics.median(float(c[key]) for c in loaded)) if loaded else None
-
-    checked = all("listed_after_unload" in c for c in cycles)
-    cold, resident_ms = med("cold_latency_ms"), med("resident_latency_ms")
-    return {
-        "adapter": rl.adapter,
-        "resident_adapter": resident,
-        "burst": rl.burst,
-        "cycles": cycles,
-        "loads_ok": len(loaded),
-        **{f"{k}_median": med(k) for k in ("load_s", "unload_s")},
-        **{
-            f"{g}_{fig}_ms_median": med(f"{g}_{fig}_ms")
-            for fig in ("ttft", "latency")
-            for g in ("cold", "warm", "resident")
-        },
-        "cold_slower_than_resident": cold > resident_ms if cold is not None and resident_ms is not None else None,
-        "unlisted_path_refused": refused,
-        "load_ok": len(loaded) == len(cycles),
-        "load_errors": sorted({_error_text(c["load_body"]) for c in cycles if c["load_status"] != 200}),
-        # after an unload: the adapter gone from /v1/models, and a request naming it refused or served by an
-        # implicit reload (None for cycles measured before either was checked)
-        "unload_ok": all(c["unload_status"] == 200 and not c["listed_after_unload"] for c in cycles)
-        if checked
-        else None,
-        "reloads_on_request": any(c.get("reloaded_by_request") for c in cycles) if checked else None,
-    }
-
-
 def probe_cpu_loras(
     engine: Engine,
     spec: ServerSpec,
@@ -256,17 +206,47 @@ def probe_cpu_loras(
     }
 
 
-def run_runtime_load(job: ServerJob, inputs: JobInputs, out_dir: Path, host: str = "127.0.0.1") -> dict[str, Any]:
-    """Run one runtime-loading job end to end; returns what is written to ``load.json``."""
-    rl = job.runtime_load
-    assert rl is not None
+@dataclass
+class LoadResult:
+    """A runtime-loading job's outputs: ``load.json`` (``load_result``'s figures, the refusal probe, the server's
+    head) and the per-request rows."""
 
-    def refusal(run: JobRun, lease: DeviceLease | None) -> dict[str, Any]:
-        cpu_loras = probe_cpu_loras(run.engine, inputs.spec, host, run.out, job.readiness_timeout_s, run.cpus, lease)
-        return {"max_cpu_loras_probe": cpu_loras}
+    result: Json
+    rows: list[Json]
 
-    async def cycles(srv: ManagedServer, run: JobRun) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        async with make_session(max(rl.burst, 4), srv.api_key) as session:
-            return await Cycler(job, inputs, run.engine, session, srv.base_url, run.rset).run()
+    def to_json(self) -> Json:
+        return self.result
 
-    return run_side_job(job, inputs, out_dir, host, "load.json", cycles, refusal)
+    def files(self) -> dict[str, Json | list[Json]]:
+        return {"load.json": self.result, "records.jsonl": self.rows}
+
+
+@dataclass
+class RuntimeLoading(JobKind):
+    """Runtime adapter loading (the module's docstring) on the job's server, started without the runtime adapter:
+    first the refusal probe of ``max_cpu_loras < max_loras`` on a server of its own, then the cycles."""
+
+    params: RuntimeLoad
+    name: ClassVar[str] = "runtime_load"
+    folder: ClassVar[str] = "runtime_load"
+    files: ClassVar[tuple[str, ...]] = ("load.json", "records.jsonl")
+
+    def settings(self) -> Json:
+        return dataclasses.asdict(self.params)
+
+    @classmethod
+    def from_json(cls, text: str) -> RuntimeLoading:
+        return cls(RuntimeLoad(**kind_settings(text, cls.name)))
+
+    def run(self, session: ServerSession) -> LoadResult:
+        job, rl = session.job, self.params
+        cpu_loras = probe_cpu_loras(session.engine, session.spec, session.host, session.out, job.readiness_timeout_s,
+                                    session.cpus, session.lease)  # fmt: skip
+        with session.serving() as srv:
+            result, rows = asyncio.run(self._cycles(session, srv.base_url, rl))
+        return LoadResult({**result, "max_cpu_loras_probe": cpu_loras, **session.side_head()}, rows)
+
+    @staticmethod
+    async def _cycles(session: ServerSession, base_url: str, rl: RuntimeLoad) -> tuple[Json, list[Json]]:
+        async with session.client(max(rl.burst, 4)) as http:
+            return await Cycler(session.job, rl, session.inputs, session.engine, http, base_url, session.rset).run()

@@ -28,6 +28,7 @@ from lorabench.config import (  # noqa: E402
     detect_hardware,
     load_and_check,
     prefix_cache_servers,
+    rate_sweep_mixes,
     runtime_load_servers,
     stable_hash,
 )
@@ -132,6 +133,29 @@ def server_job_params(server, runtime=False, prefix=False):
     ).to_json()
 
 
+def kind_params(kind, server):
+    """The settings of a job kind other than the load test (lorabench.jobs.JobKind.to_json) as the rule's params;
+    each kind's module is imported only when its rule is planned."""
+    if kind == "runtime_load":
+        from lorabench.job import runtime_load_params
+        from lorabench.runtime_load import RuntimeLoading
+
+        return RuntimeLoading(runtime_load_params(config)).to_json()
+    if kind == "prefix_cache":
+        from lorabench.job import prefix_cache_params
+        from lorabench.prefix_cache import PrefixCaching
+
+        return PrefixCaching(prefix_cache_params(config)).to_json()
+    from lorabench.rate_sweep import RateSweep
+
+    return RateSweep.of_config(config, server).to_json()
+
+
+def sweep_servers():
+    """The servers of rate_sweep.servers (none without a rate_sweep section)."""
+    return sorted(rate_sweep_mixes(config))
+
+
 def server_inputs(wildcards):
     return input_paths(config, wildcards.server)
 
@@ -174,4 +198,5 @@ def loaded_configfiles():
 
 
 def all_targets():
-    return ["results/report/index.html", f"results/bundle/{STUDY}.tar.gz"]
+    sweeps = ["results/capacity/capacity.json"] if sweep_servers() else []
+    return ["results/report/index.html", f"results/bundle/{STUDY}.tar.gz", *sweeps]

@@ -1,4 +1,4 @@
-# Measurements: one job per server configuration owns the server's whole life; runtime loading likewise.
+# Measurements: one job per server configuration and job kind (lorabench.jobs) owns the server's whole life.
 
 
 rule server_loadtest:
@@ -38,6 +38,7 @@ rule runtime_load:
         lorabench_device=1,
     params:
         job=lambda wc: server_job_params(wc.server, runtime=True),
+        kind=lambda wc: kind_params("runtime_load", wc.server),
     script:
         "../scripts/runtime_load.py"
 
@@ -56,5 +57,6 @@ rule prefix_cache:
         lorabench_device=1,
     params:
         job=lambda wc: server_job_params(wc.server, prefix=True),
+        kind=lambda wc: kind_params("prefix_cache", wc.server),
     script:
         "../scripts/prefix_cache.py"

@@ -3,9 +3,11 @@
 from pathlib import Path
 
 from lorabench.io import setup_job_logging
-from lorabench.loadtest import run_rule_job
-from lorabench.prefix_cache import run_prefix_cache
+from lorabench.job import ServerJob
+from lorabench.jobs import JobFiles, run_job
+from lorabench.prefix_cache import PrefixCaching
 
 setup_job_logging(snakemake.log[0])  # noqa: F821
 sm = snakemake  # noqa: F821
-run_rule_job(sm.params.job, sm.input, Path(sm.output.prefix).parent, run_prefix_cache)
+kind = PrefixCaching.from_json(sm.params.kind)
+run_job(kind, ServerJob.from_json(sm.params.job), JobFiles.of(sm.input), Path(sm.output.prefix).parent)

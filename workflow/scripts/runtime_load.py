@@ -3,9 +3,11 @@
 from pathlib import Path
 
 from lorabench.io import setup_job_logging
-from lorabench.loadtest import run_rule_job
-from lorabench.runtime_load import run_runtime_load
+from lorabench.job import ServerJob
+from lorabench.jobs import JobFiles, run_job
+from lorabench.runtime_load import RuntimeLoading
 
 setup_job_logging(snakemake.log[0])  # noqa: F821
 sm = snakemake  # noqa: F821
-run_rule_job(sm.params.job, sm.input, Path(sm.output.load).parent, run_runtime_load)
+kind = RuntimeLoading.from_json(sm.params.kind)
+run_job(kind, ServerJob.from_json(sm.params.job), JobFiles.of(sm.input), Path(sm.output.load).parent)

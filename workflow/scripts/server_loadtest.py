@@ -3,8 +3,10 @@
 from pathlib import Path
 
 from lorabench.io import setup_job_logging
-from lorabench.loadtest import run_loadtest, run_rule_job
+from lorabench.job import ServerJob
+from lorabench.jobs import JobFiles, run_job
+from lorabench.loadtest import LoadTest
 
 setup_job_logging(snakemake.log[0])  # noqa: F821
 sm = snakemake  # noqa: F821
-run_rule_job(sm.params.job, sm.input, Path(sm.output.facts).parent, run_loadtest)
+run_job(LoadTest(), ServerJob.from_json(sm.params.job), JobFiles.of(sm.input), Path(sm.output.facts).parent)

@@ -1,0 +1,146 @@
+"""Capacity at the SLO across servers (lorabench.capacity) from sweep.json files made of synthetic points: the
+table per mix, the bound marks, goodput at capacity, LoRA's cost against the engine's LoRA-off server, the sizing
+sentence, the plots, and the include template rendering the dict."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import jinja2
+import pytest
+
+from lorabench.capacity import ServerInfo, SweepFile, capacity_model, capacity_rows, mark_of, sizing_findings
+from lorabench.io import write_json
+from lorabench.measure.sweep import Capacity, RatePoint, SweepResult
+
+from .conftest import ROOT
+from .measure.test_sweep import SLO, dataclass_with, point
+
+SERVERS = {
+    "off": ServerInfo("vllm", False),
+    "l2": ServerInfo("vllm", True, 2),
+    "l4": ServerInfo("vllm", True, 4),
+    "sg-off": ServerInfo("sglang", False),
+}
+
+
+def sweep(server: str, mix: str, ttfts_by_cycle: list[list[float]], rates: tuple[float, ...] = (2, 4, 6)) -> dict:
+    """A sweep of one mix: per cycle, the p99 TTFT at each rate (goodput = rate / 2 at every point)."""
+    pts = [
+        dataclass_with(point(r, t, cycle=c), server=server, mix=mix, goodput_per_s=r / 2, fraction=r / 10)
+        for c, ttfts in enumerate(ttfts_by_cycle)
+        for r, t in zip(rates, ttfts, strict=True)
+    ]
+    probe = RatePoint.from_json(point(10, 500).to_json() | {"shape": "concurrency", "fraction": None})
+    res = SweepResult(server, mix, 10.0, probe, [r / 10 for r in rates], pts, len(ttfts_by_cycle), "")
+    return res.to_json()
+
+
+def write_sweep(tmp: Path, server: str, sweeps: list[dict], status: str = "ok", mixes: list[str] | None = None) -> Path:
+    path = tmp / server / "sweep.json"
+    path.parent.mkdir(parents=True)
+    data = {"schema": "lorabench.sweep_job/1", "server": server, "status": status, "slo": SLO.to_json(),
+            "mixes": mixes or [s["mix"] for s in sweeps], "sweeps": sweeps}  # fmt: skip
+    write_json(path, data)
+    return path
+
+
+SIX = 6
+
+
+@pytest.fixture
+def study(tmp_path: Path) -> list[Path]:
+    """LoRA off meets 100 ms p99 TTFT up to ~5.0 req/s on base; 2 slots ~4.4 on base, ~3.0 on z; 4 slots: z's
+    every rate meets (a lower bound); SGLang's LoRA-off server did not run."""
+    return [
+        write_sweep(tmp_path, "off", [sweep("off", "base", [[40, 70, 130]] * SIX)]),
+        write_sweep(
+            tmp_path, "l2", [sweep("l2", "base", [[40, 80, 180]] * SIX), sweep("l2", "z", [[60, 120, 300]] * SIX)]
+        ),
+        write_sweep(tmp_path, "l4", [sweep("l4", "z", [[20, 30, 40]] * SIX)]),
+        write_sweep(tmp_path, "sg-off", [], status="not run: needs a GPU", mixes=["base"]),
+    ]
+
+
+def _rows(study: list[Path]):
+    return {(r.mix, r.server): r for r in capacity_rows([SweepFile.read(p) for p in study], SERVERS)}
+
+
+def test_the_table_gives_capacity_its_interval_and_goodput(study):
+    rows = _rows(study)
+    off, l2 = rows[("base", "off")], rows[("base", "l2")]
+    assert off.ok and off.n == SIX and off.mark == ""
+    assert off.capacity_per_s == pytest.approx(4 + 2 * 30 / 60)  # 70 -> 130 ms crosses 100 at half way
+    assert l2.capacity_per_s == pytest.approx(4.4)
+    assert l2.goodput_per_s == pytest.approx(2.0)  # at the last rate meeting the SLO (4/s): 4 / 2
+    assert rows[("base", "sg-off")].status == "not run: needs a GPU" and not rows[("base", "sg-off")].ok
+
+
+def test_a_capacity_beyond_the_measured_rates_is_marked(study):
+    rows = _rows(study)
+    assert rows[("z", "l4")].mark == ">=" and rows[("z", "l4")].censored == SIX
+    assert rows[("z", "l4")].capacity_per_s == 6
+    half = SweepResult.from_json(sweep("x", "m", [[200, 300, 400]] * 3 + [[40, 80, 180]] * 3))
+    assert mark_of(Capacity.of(half, SLO)) == "<"  # half the cycles fail at the lowest rate
+    few = SweepResult.from_json(sweep("x", "m", [[200, 300, 400]] * 2 + [[40, 80, 180]] * 4))
+    assert mark_of(Capacity.of(few, SLO)) == ""
+
+
+def test_lora_cost_is_against_the_same_engines_lora_off_server(study):
+    rows = _rows(study)
+    l2 = rows[("base", "l2")]
+    assert l2.lora_reference == "off/base"
+    assert l2.lora_cost_pct == pytest.approx(100 * (4.4 / 5.0 - 1))
+    assert l2.lora_cost_lo_pct <= l2.lora_cost_pct <= l2.lora_cost_hi_pct
+    # a mix the LoRA-off server cannot serve is compared with its base mix, and says so
+    assert rows[("z", "l2")].lora_reference == "off/base"
+    assert math.isnan(rows[("base", "off")].lora_cost_pct)  # the reference itself has none
+
+
+def test_the_sizing_sentence_names_the_best_configuration(study):
+    rows = list(_rows(study).values())
+    base, z = sizing_findings(rows, SERVERS, SLO, {"z": {"adapters": ["a", "b"], "assignment": "zipf"}})
+    assert base.startswith("For mix base, off (vllm, LoRA off) serves the most") and "next l2 at 4.40" in base
+    assert "Enabling LoRA costs l2 -12 %" in base
+    assert z.startswith("For mix z (2 adapters, Zipf s=1.1), l4 (vllm, LoRA on, 4 slots)") and "at least 6.00" in z
+    # the intervals are single values here (identical cycles): apart
+    assert "the intervals apart" in z
+
+
+def test_a_mix_no_server_meets_is_said_so(tmp_path):
+    p = write_sweep(tmp_path, "l2", [sweep("l2", "z", [[200, 300, 400]] * SIX)])
+    rows = capacity_rows([SweepFile.read(p)], SERVERS)
+    assert sizing_findings(rows, SERVERS, SLO) == [
+        "For mix z, no server met p99 TTFT <= 100 ms and p99 ITL <= 20 ms at any rate measured."
+    ]
+
+
+def test_the_model_renders_through_the_include_with_its_plots(study, tmp_path):
+    model = capacity_model(study, SERVERS, {"z": {"adapters": ["a", "b"], "assignment": "zipf"}}, tmp_path / "plots")
+    assert [m["mix"] for m in model["mixes"]] == ["base", "z"]
+    base_rows = model["mixes"][0]["rows"]
+    assert [r["server"] for r in base_rows] == ["off", "l2", "sg-off"]  # capacity descending, not run last
+    assert base_rows[1]["capacity"] == "4.40" and base_rows[1]["lora_cost"].startswith("-12 %")
+    assert model["mixes"][1]["rows"][0]["capacity"] == ">=6.00"
+    assert model["not_run"] == ["sg-off: not run: needs a GPU"]
+    plots = model["plots"]
+    assert plots["capacity"] == "capacity.png" and set(plots["latency"]) == {"base", "z"}
+    assert all((tmp_path / "plots" / f).stat().st_size > 1000 for m in plots["latency"].values() for f in m.values())
+    json.dumps(model, allow_nan=False)  # plain JSON: no NaN in the file
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(ROOT / "report" / "templates"), autoescape=True)
+    html = env.get_template("capacity.html.j2").render(capacity=model, capacity_plots_url="capacity/")
+    assert 'id="capacity-base-l2"' in html and "&gt;=6.00" in html and 'src="capacity/capacity.png"' in html
+    assert "For mix base, off" in html and "not run: needs a GPU" in html
+    assert env.get_template("capacity.html.j2").render().strip() == ""  # no sweep configured: nothing
+
+
+def test_sweeps_with_different_slos_are_refused(study, tmp_path):
+    other = write_sweep(tmp_path / "o", "l4", [sweep("l4", "z", [[20, 30, 40]])])
+    data = json.loads(other.read_text())
+    data["slo"]["ttft_p99_ms"] = 999
+    other.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="different SLOs"):
+        capacity_model([study[0], other], SERVERS)

@@ -1,0 +1,79 @@
+"""Study capacity, CPU-sized, end to end with real vLLM (CPU build) servers as far as the sweeps and the capacity
+tables (rule ``sweeps``): a Poisson rate sweep per server and mix, capacity at the SLO with its interval, LoRA's
+cost in capacity, the sizing sentences and the plots (slow: about 12 minutes)."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lorabench.capacity import SweepFile
+from lorabench.io import read_json, read_jsonl
+
+from .conftest import EAGER, seed_inputs
+from .test_pipeline_e2e import copy_repo, snakemake
+
+pytestmark = pytest.mark.slow
+
+CONFIG = "config/studies/capacity-cpu.yaml"
+
+
+@pytest.fixture(scope="module")
+def capacity(tmp_path_factory: pytest.TempPathFactory, built_inputs: Path) -> Path:
+    work = copy_repo(tmp_path_factory.mktemp("capacity"))
+    seed_inputs(work, built_inputs)
+    cfg = yaml.safe_load((work / CONFIG).read_text())
+    for srv in cfg["servers"].values():
+        srv["args"] = {**srv.get("args", {}), **EAGER}
+    (work / CONFIG).write_text(yaml.safe_dump(cfg, sort_keys=False))
+    snakemake(work, "--configfile", CONFIG, "--replace-workflow-config", "sweeps", timeout=2400)
+    return work
+
+
+def test_each_server_swept_its_mixes_under_the_harness(capacity: Path):
+    for server, mixes in (("lora-off", ["base"]), ("lora-4", ["base", "zipf4"])):
+        out = capacity / "results/rate_sweep" / server
+        swept = SweepFile.read(out / "sweep.json")
+        assert swept.status == "ok" and [s.mix for s in swept.sweeps] == mixes
+        for s in swept.sweeps:
+            assert s.max_rate_per_s > 0 and s.cycles == 3 and len(s.points) == 3 * len(s.fractions)
+            assert s.fractions[0] == 0.1 and s.points[0].n_window > 0
+            # latency rises with the offered rate: the highest rate's p99 TTFT (median over cycles) above the lowest
+            lowest, highest = min(s.fractions), max(s.fractions)
+            p99 = {f: statistics.median(p.ttft_ms_p99 for p in s.points if p.fraction == f) for f in (lowest, highest)}
+            assert p99[highest] > p99[lowest], (server, s.mix, p99)
+        records = list(read_jsonl(out / "records.jsonl"))
+        assert {r["mix"] for r in records} == set(mixes) and any(r["in_window"] for r in records)
+        facts = read_json(out / "facts.json")
+        assert facts["status"] == "ok" and facts["measurement"]["method"] == "rate_sweep"
+        assert facts["harness"]["gc"] == "freeze" and facts["harness"]["cpus"]["engine_threads"]  # CPUs pinned
+        if server == "lora-4":
+            assert set(facts["probes"]["canary"]["adapters"]) == {"a", "b", "c", "d"}
+        log = (capacity / "logs/rate_sweep" / f"{server}.log").read_text()
+        assert "cycle 3/3" in log and "capacity at the SLO" in log  # progress per rate, capacity per mix
+
+
+def test_capacity_tables_findings_and_plots(capacity: Path):
+    model = read_json(capacity / "results/capacity/capacity.json")
+    assert model["slo"]["text"] == "p99 TTFT <= 1500 ms and p99 ITL <= 250 ms"
+    by_mix = {m["mix"]: m for m in model["mixes"]}
+    assert set(by_mix) == {"base", "zipf4"} and by_mix["zipf4"]["about"] == "4 adapters, Zipf s=1.1"
+    base = {r["server"]: r["raw"] for r in by_mix["base"]["rows"]}
+    assert set(base) == {"lora-off", "lora-4"}
+    for row in [*base.values(), by_mix["zipf4"]["rows"][0]["raw"]]:
+        assert row["status"] == "ok" and row["n"] == 3 and row["capacity_per_s"] > 0
+        assert row["lo"] <= row["capacity_per_s"] <= row["hi"]
+    # LoRA's cost is read against the LoRA-off server of the same engine, on the base model's mix
+    # (not where the LoRA-off capacity is itself a bound)
+    want = "" if base["lora-off"]["mark"] else "lora-off/base"
+    assert base["lora-4"]["lora_reference"] == want, base
+    assert [f.split(",")[0] for f in model["findings"]] == [
+        "For mix base (base model only)",
+        "For mix zipf4 (4 adapters",
+    ]
+    plots = capacity / "results/capacity/plots"
+    assert (plots / model["plots"]["capacity"]).stat().st_size > 5000
+    assert all((plots / f).stat().st_size > 5000 for m in model["plots"]["latency"].values() for f in m.values())

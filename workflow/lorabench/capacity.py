@@ -1,0 +1,357 @@
+"""Capacity at a latency target across servers (issue 29), from the rate sweeps' ``sweep.json`` files: analysis
+only (nothing here measures; the sweep job never imports it).
+
+- ``capacity_rows``: per mix and server, capacity at the SLO (``measure.sweep.Capacity``: the median over cycles
+  and its distribution-free interval), whether it is a bound (``mark``), goodput at capacity, the saturation
+  probe's rate, and what enabling LoRA costs in capacity against the LoRA-off server of the same engine
+  installation.
+- ``sizing_findings``: per mix, one sentence: which server configuration serves the most requests per second
+  within the SLO, whether the runner-up is told apart, and what LoRA costs there.
+- ``capacity_plots``: latency against rate per mix (p50 and p99 of TTFT and ITL, ``sweep_plots``) and capacity
+  per configuration.
+- ``capacity_model``: all of it as one dict for ``report/templates/capacity.html.j2`` (its keys below).
+
+Marks. A cycle whose lowest rate already fails gives only an upper bound ("below"), one whose every rate meets a
+lower bound ("at_least"). The median over cycles is marked ``<`` when at least half of the cycles gave an upper
+bound, ``>=`` when at least half gave a lower bound: then the true median may lie beyond the figure in that
+direction. Fewer censored cycles leave the median a value, and ``censored`` says how many there were.
+
+LoRA's cost. For a server with LoRA on, its capacity on a mix against the capacity of the LoRA-off server of the
+same engine installation (``servers.X.engine``) on the same mix where that server sweeps it, else on the first
+mix it sweeps (a LoRA-off server serves the base model's mixes only): ``100 x (on / off - 1)`` percent. The two
+servers' cycles are not paired, so its interval is the range the two intervals allow (on.lo / off.hi, on.hi /
+off.lo), wide by construction. Not computed where the reference is a bound.
+
+``capacity_model``'s dict:
+
+- ``slo``: ``{"ttft_p99_ms", "itl_p99_ms", "text"}`` (text: "p99 TTFT <= 500 ms and p99 ITL <= 50 ms");
+- ``mixes``: one per mix, ``{"mix", "about", "finding", "rows"}``, ``about`` the mix in words ("16 adapters,
+  Zipf s=1.1"), ``rows`` one per server (capacity descending, servers not run last), each the formatted strings
+  ``server``, ``config`` ("vllm-cpu, LoRA on, 4 slots"), ``status`` ("ok" or why not), ``capacity`` (with its
+  mark, e.g. "<1.2"), ``interval`` ("1.0-1.4"), ``coverage`` ("94 %"), ``cycles`` ("6"), ``censored`` ("1 of
+  6"), ``goodput``, ``probe_rate``, ``lora_cost`` ("-12 % (-30 to +5 %)", "" where not computed), and ``raw``
+  (``CapacityRow.to_json``);
+- ``findings``: the sentences, one per mix;
+- ``plots``: ``{"capacity": FILE or None, "latency": {MIX: {"ttft": FILE, "itl": FILE}}}``, file names relative
+  to the plot folder;
+- ``not_run``: servers whose sweep did not run (their status).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .io import read_json
+from .measure.sweep import Capacity, Slo, SweepResult
+
+log = logging.getLogger(__name__)
+
+CAPACITY_TABLE_SCHEMA = "lorabench.capacity_table/1"
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What the tables say of a server configuration (from the config's ``servers`` entry)."""
+
+    engine: str  # the engine installation's id
+    lora: bool
+    max_loras: int | None = None
+
+    def describe(self) -> str:
+        if not self.lora:
+            return f"{self.engine}, LoRA off"
+        return f"{self.engine}, LoRA on" + (f", {self.max_loras} slots" if self.max_loras else "")
+
+    @classmethod
+    def of_config(cls, config: dict[str, Any]) -> dict[str, ServerInfo]:
+        return {
+            sid: cls(s["engine"], bool(s["lora"]), s.get("max_loras") if s["lora"] else None)
+            for sid, s in config["servers"].items()
+        }
+
+
+@dataclass
+class SweepFile:
+    """One server's ``sweep.json``: its status, SLO and one ``SweepResult`` per mix."""
+
+    server: str
+    status: str
+    slo: Slo | None
+    mixes: list[str]
+    sweeps: list[SweepResult] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, path: str | Path) -> SweepFile:
+        data = read_json(path)
+        if data.get("schema") != "lorabench.sweep_job/1":
+            raise ValueError(f"{path}: schema {data.get('schema')!r}, expected 'lorabench.sweep_job/1'")
+        slo = Slo.from_json(data["slo"]) if data.get("slo") else None
+        return cls(
+            server=data["server"],
+            status=data.get("status", ""),
+            slo=slo,
+            mixes=list(data.get("mixes") or []),
+            sweeps=[SweepResult.from_json(s) for s in data.get("sweeps") or []],
+        )
+
+
+def _median(values: list[float]) -> float:
+    vals = [v for v in values if not math.isnan(v)]
+    return statistics.median(vals) if vals else float("nan")
+
+
+def mark_of(cap: Capacity) -> str:
+    """``<``, ``>=`` or "" for the median over cycles (the module's docstring)."""
+    below = sum(1 for c in cap.per_cycle if c.bound == "below")
+    above = sum(1 for c in cap.per_cycle if c.bound == "at_least")
+    if cap.n and 2 * below >= cap.n:
+        return "<"
+    if cap.n and 2 * above >= cap.n:
+        return ">="
+    return ""
+
+
+def goodput_at_capacity(sweep: SweepResult, cap: Capacity) -> float:
+    """The median over cycles of the goodput (requests meeting the SLO per second) at each cycle's highest rate
+    meeting the SLO; NaN where no cycle has one."""
+    values = []
+    for c in cap.per_cycle:
+        if math.isnan(c.last_meeting_per_s):
+            continue
+        at = [p for p in sweep.cycle_points(c.cycle) if p.rate_per_s == c.last_meeting_per_s]
+        if at:
+            values.append(at[0].goodput_per_s)
+    return _median(values)
+
+
+@dataclass
+class CapacityRow:
+    """One server on one mix (the module's docstring)."""
+
+    mix: str
+    server: str
+    engine: str
+    lora: bool
+    max_loras: int | None
+    status: str
+    capacity_per_s: float = float("nan")
+    lo: float = float("nan")
+    hi: float = float("nan")
+    coverage: float = float("nan")
+    n: int = 0
+    mark: str = ""
+    censored: int = 0
+    goodput_per_s: float = float("nan")
+    max_rate_per_s: float = float("nan")
+    lora_reference: str = ""  # "SERVER/MIX" the LoRA cost is against
+    lora_cost_pct: float = float("nan")
+    lora_cost_lo_pct: float = float("nan")
+    lora_cost_hi_pct: float = float("nan")
+    lora_cost_mark: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and self.n > 0 and not math.isnan(self.capacity_per_s)
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}
+
+
+def capacity_rows(files: list[SweepFile], servers: dict[str, ServerInfo]) -> list[CapacityRow]:
+    """Every (mix, server) of the sweeps, with LoRA's cost filled in (the module's docstring)."""
+    rows: list[CapacityRow] = []
+    for f in files:
+        info = servers.get(f.server, ServerInfo("?", False))
+        if f.status != "ok":
+            rows += [CapacityRow(m, f.server, info.engine, info.lora, info.max_loras, f.status) for m in f.mixes]
+            continue
+        assert f.slo is not None
+        for sweep in f.sweeps:
+            cap = Capacity.of(sweep, f.slo)
+            rows.append(
+                CapacityRow(
+                    sweep.mix,
+                    f.server,
+                    info.engine,
+                    info.lora,
+                    info.max_loras,
+                    "ok",
+                    cap.capacity_per_s,
+                    cap.lo,
+                    cap.hi,
+                    cap.coverage,
+                    cap.n,
+                    mark_of(cap),
+                    cap.censored,
+                    goodput_at_capacity(sweep, cap),
+                    sweep.max_rate_per_s,
+                )  # fmt: skip
+            )
+    _lora_costs(rows)
+    return rows
+
+
+def _lora_costs(rows: list[CapacityRow]) -> None:
+    off = [r for r in rows if not r.lora and r.ok]
+    for r in rows:
+        if not (r.lora and r.ok):
+            continue
+        same = [o for o in off if o.engine == r.engine]
+        ref = next((o for o in same if o.mix == r.mix), same[0] if same else None)
+        if ref is None or ref.mark or not ref.capacity_per_s > 0:
+            continue
+        r.lora_reference = f"{ref.server}/{ref.mix}"
+        r.lora_cost_pct = 100 * (r.capacity_per_s / ref.capacity_per_s - 1)
+        r.lora_cost_lo_pct = 100 * (r.lo / ref.hi - 1) if ref.hi > 0 else float("nan")
+        r.lora_cost_hi_pct = 100 * (r.hi / ref.lo - 1) if ref.lo > 0 else float("nan")
+        r.lora_cost_mark = r.mark
+
+
+def _num(v: float, digits: int = 2) -> str:
+    if v is None or math.isnan(v):
+        return "n/a"
+    if math.isinf(v):
+        return "inf"
+    return f"{v:.{digits}f}" if abs(v) < 100 else f"{v:.0f}"
+
+
+def _pct(v: float) -> str:
+    return "n/a" if math.isnan(v) else f"{v:+.0f} %"
+
+
+def slo_text(slo: Slo) -> str:
+    parts = [f"p99 {name} <= {v:g} ms" for name, v in (("TTFT", slo.ttft_p99_ms), ("ITL", slo.itl_p99_ms)) if v]
+    return " and ".join(parts)
+
+
+def describe_mix(cond: dict[str, Any] | None) -> str:
+    """A mix in words: its adapters and how requests get them."""
+    if not cond:
+        return ""
+    adapters = [a for a in cond.get("adapters", []) if a != "base"]
+    if not adapters:
+        return "base model only"
+    kind = cond.get("assignment", "cycle")
+    how = {"zipf": f"Zipf s={cond.get('zipf_s', 1.1):g}", "uniform": "uniform draws", "cycle": "in turn",
+           "weighted": "weighted draws", "distinct": "distinct"}.get(kind, kind)  # fmt: skip
+    base = " and the base model" if "base" in cond.get("adapters", []) else ""
+    return f"{len(adapters)} adapter{'s' if len(adapters) != 1 else ''}{base}, {how}"
+
+
+def _row_view(r: CapacityRow, servers: dict[str, ServerInfo]) -> dict[str, Any]:
+    info = servers.get(r.server, ServerInfo(r.engine, r.lora, r.max_loras))
+    cost = ""
+    if not math.isnan(r.lora_cost_pct):
+        cost = f"{r.lora_cost_mark}{_pct(r.lora_cost_pct)} ({_pct(r.lora_cost_lo_pct)} to {_pct(r.lora_cost_hi_pct)})"
+    return {
+        "server": r.server,
+        "config": info.describe(),
+        "status": r.status,
+        "capacity": f"{r.mark}{_num(r.capacity_per_s)}" if r.ok else "",
+        "interval": f"{_num(r.lo)}-{_num(r.hi)}" if r.ok else "",
+        "coverage": f"{100 * r.coverage:.0f} %" if r.ok and not math.isnan(r.coverage) else "",
+        "cycles": str(r.n) if r.ok else "",
+        "censored": f"{r.censored} of {r.n}" if r.ok else "",
+        "goodput": _num(r.goodput_per_s) if r.ok else "",
+        "probe_rate": _num(r.max_rate_per_s) if r.ok else "",
+        "lora_cost": cost,
+        "raw": r.to_json(),
+    }
+
+
+def sizing_finding(mix: str, rows: list[CapacityRow], servers: dict[str, ServerInfo], slo: Slo, about: str = "") -> str:
+    """One sentence for one mix: the configuration serving the most requests per second within the SLO."""
+    ranked = sorted((r for r in rows if r.mix == mix and r.ok and r.mark != "<"), key=lambda r: -r.capacity_per_s)
+    what = f"mix {mix}" + (f" ({about})" if about else "")
+    if not ranked:
+        return f"For {what}, no server met {slo_text(slo)} at any rate measured."
+    best = ranked[0]
+    cfg = servers[best.server].describe() if best.server in servers else best.server
+    bound = "at least " if best.mark == ">=" else ""
+    text = (
+        f"For {what}, {best.server} ({cfg}) serves the most within {slo_text(slo)}: {bound}"
+        f"{_num(best.capacity_per_s)} requests/s (95 % interval {_num(best.lo)}-{_num(best.hi)}, {best.n} cycles)"
+    )
+    if len(ranked) > 1:
+        nxt = ranked[1]
+        apart = nxt.hi < best.lo
+        text += f"; next {nxt.server} at {nxt.mark}{_num(nxt.capacity_per_s)} ({_num(nxt.lo)}-{_num(nxt.hi)}), " + (
+            "the intervals apart" if apart else "the intervals overlap, so the two are not told apart"
+        )
+    costs = [r for r in rows if r.mix == mix and not math.isnan(r.lora_cost_pct)]
+    if costs:
+        c = max(costs, key=lambda r: r.capacity_per_s)
+        text += (
+            f". Enabling LoRA costs {c.server} {c.lora_cost_mark}{_pct(c.lora_cost_pct)} of capacity against "
+            f"{c.lora_reference} (range {_pct(c.lora_cost_lo_pct)} to {_pct(c.lora_cost_hi_pct)})"
+        )
+    return text + "."
+
+
+def sizing_findings(
+    rows: list[CapacityRow], servers: dict[str, ServerInfo], slo: Slo, conditions: dict[str, Any] | None = None
+) -> list[str]:
+    mixes = list(dict.fromkeys(r.mix for r in rows))
+    return [sizing_finding(m, rows, servers, slo, describe_mix((conditions or {}).get(m))) for m in mixes]
+
+
+def capacity_plots(files: list[SweepFile], out_dir: Path) -> dict[str, Any]:
+    """Latency against rate per mix (TTFT and ITL) and capacity per configuration, as PNG files in ``out_dir``."""
+    from .sweep_plots import capacity_by_config, latency_vs_rate
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ok = [f for f in files if f.status == "ok" and f.slo is not None]
+    slo = ok[0].slo if ok else None
+    sweeps = [s for f in ok for s in f.sweeps]
+    latency: dict[str, dict[str, str]] = {}
+    for mix in dict.fromkeys(s.mix for s in sweeps):
+        of_mix = [s for s in sweeps if s.mix == mix]
+        for metric in ("ttft", "itl"):
+            made = latency_vs_rate(of_mix, out_dir / f"latency-{metric}-{mix}.png", metric, slo)
+            if made is not None:
+                latency.setdefault(mix, {})[metric] = made.name
+    caps = [Capacity.of(s, f.slo) for f in ok if f.slo for s in f.sweeps]
+    made = capacity_by_config(caps, out_dir / "capacity.png")
+    return {"capacity": made.name if made else None, "latency": latency}
+
+
+def capacity_model(
+    paths: list[str | Path],
+    servers: dict[str, ServerInfo],
+    conditions: dict[str, Any] | None = None,
+    plot_dir: Path | None = None,
+) -> dict[str, Any]:
+    """The capacity section as one dict (the module's docstring lists its keys); plots only with ``plot_dir``."""
+    files = [SweepFile.read(p) for p in paths]
+    slos = {(f.slo.ttft_p99_ms, f.slo.itl_p99_ms) for f in files if f.slo}
+    if len(slos) > 1:
+        raise ValueError(f"rate sweeps with different SLOs: {sorted(slos, key=str)}")
+    slo = next((f.slo for f in files if f.slo), None)
+    rows = capacity_rows(files, servers)
+    if slo is None:
+        return {"schema": CAPACITY_TABLE_SCHEMA, "slo": None, "mixes": [], "findings": [], "plots": {}, "not_run": []}
+    mixes = []
+    for mix in dict.fromkeys(r.mix for r in rows):
+        of_mix = sorted((r for r in rows if r.mix == mix), key=lambda r: (not r.ok, -r.capacity_per_s if r.ok else 0.0))
+        about = describe_mix((conditions or {}).get(mix))
+        mixes.append(
+            {
+                "mix": mix,
+                "about": about,
+                "finding": sizing_finding(mix, rows, servers, slo, about),
+                "rows": [_row_view(r, servers) for r in of_mix],
+            }
+        )
+    return {
+        "schema": CAPACITY_TABLE_SCHEMA,
+        "slo": {**slo.to_json(), "text": slo_text(slo)},
+        "mixes": mixes,
+        "findings": [m["finding"] for m in mixes],
+        "plots": capacity_plots(files, plot_dir) if plot_dir is not None else {},
+        "not_run": sorted({f"{f.server}: {f.status}" for f in files if f.status != "ok"}),
+    }

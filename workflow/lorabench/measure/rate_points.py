@@ -1,0 +1,451 @@
+"""The records of a rate sweep and capacity at a latency target (``sweep`` runs the sweep): a run's figures
+(``RatePoint``), a mix's sweep (``SweepResult``), capacity at the SLO (``Capacity``).
+
+Over-saturation (``OverSaturation.judge``), either rule:
+
+- the rate rule: fewer requests completed in the window than ``min_achieved_fraction`` of the arrivals due in
+  it (and at least ``MIN_SHORTFALL`` fewer, so that one request still in flight in a short window is not taken
+  for a backlog): the server no longer keeps up, its queue grows;
+- the TTFT rule (GuideLLM's signal of a growing queue): the median TTFT of the last third of the window's
+  requests (by start) is more than ``ttft_growth_factor`` times that of the first third, and at least
+  ``ttft_growth_min_ms`` more. A request that got no first token before the run ended counts as infinitely late.
+
+Latency figures of a point are pooled over its window's successful requests (TTFT and end-to-end latency one
+value per request, inter-token latencies one per gap), percentiles by linear interpolation. Achieved throughput
+and goodput count the successful requests that finished inside the window, per second of window. A request
+meets the SLO when its TTFT is within ``slo.ttft_p99_ms`` and its mean inter-token latency (vLLM's TPOT) within
+``slo.itl_p99_ms``; goodput is those requests per second. A point meets the SLO when its p99 TTFT and p99 ITL are
+within the bounds and it is not over-saturated (an over-saturated run's latencies leave out the requests it never
+finished, so they read low).
+
+Capacity at the SLO (``Capacity.of``), per cycle: the rates ascending, the first failing rate ends the search (a
+rate meeting the SLO above a failing one is taken as noise); capacity is interpolated between the last meeting
+rate and the first failing one, linearly in each p99 latency the failing rate misses (the lowest crossing
+wins); where the first failing rate is over-saturated, capacity is the last meeting rate (no interpolation on
+latencies that read low). A cycle whose lowest rate fails, or whose every rate meets, gives a bound, not a
+value, and says so (``bound``). The capacities of the cycles give the median and its distribution-free 95 %
+interval (``median.MedianInterval``, as every interval of method v2): order statistics, no assumption on the
+shape of the distribution; below six repeats no pair of order statistics covers 95 %, the interval is then the
+range and ``coverage`` says what it covers. A bootstrap was not used: with a handful of repeats it returns the
+same order statistics and claims more coverage than it has.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any, TypeVar
+
+from ..loadgen.arrivals import OpenLoopRun, percentile
+from ..loadgen.client import RequestRecord
+from ..median import MedianInterval
+
+RATE_POINT_SCHEMA = "lorabench.rate_point/1"
+SWEEP_SCHEMA = "lorabench.rate_sweep/1"
+CAPACITY_SCHEMA = "lorabench.capacity/1"
+MIN_SHORTFALL = 3  # requests the rate rule needs missing before it calls a window over-saturated
+QUANTILES = (50, 90, 99)
+
+T = TypeVar("T")
+
+
+def _check_schema(data: dict[str, Any], schema: str, what: str) -> None:
+    if data.get("schema") != schema:
+        raise ValueError(f"{what}: schema {data.get('schema')!r}, expected {schema!r}")
+
+
+def _from_fields(cls: type[T], data: dict[str, Any]) -> T:
+    """``cls`` from a JSON dict: its own fields only, a float field written as null read back as NaN."""
+    kw: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name not in data:
+            continue
+        v = data[f.name]
+        if v is None and str(f.type) == "float":
+            v = float("nan")
+        kw[f.name] = v
+    return cls(**kw)
+
+
+def _float(v: Any) -> float:
+    return float("nan") if v is None else float(v)
+
+
+def _ms(values: list[float]) -> list[float]:
+    return [1000.0 * v for v in values if not math.isnan(v)]
+
+
+@dataclass(frozen=True)
+class Slo:
+    """The latency target: p99 TTFT and p99 inter-token latency in milliseconds (a bound left out is not
+    checked)."""
+
+    ttft_p99_ms: float | None = None
+    itl_p99_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.ttft_p99_ms is None and self.itl_p99_ms is None:
+            raise ValueError("slo: give ttft_p99_ms, itl_p99_ms or both")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ttft_p99_ms": self.ttft_p99_ms, "itl_p99_ms": self.itl_p99_ms}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Slo:
+        return cls(data.get("ttft_p99_ms"), data.get("itl_p99_ms"))
+
+    def request_meets(self, rec: RequestRecord) -> bool:
+        """A successful request whose TTFT and mean inter-token latency are within the bounds."""
+        if not rec.ok:
+            return False
+        if self.ttft_p99_ms is not None and not 1000 * rec.ttft_s <= self.ttft_p99_ms:
+            return False
+        if self.itl_p99_ms is not None and rec.itl_s and not 1000 * statistics.fmean(rec.itl_s) <= self.itl_p99_ms:
+            return False
+        return True
+
+    def missed(self, ttft_p99_ms: float, itl_p99_ms: float) -> list[str]:
+        """The bounds a point's p99 latencies miss (a latency not measured misses its bound)."""
+        out = []
+        if self.ttft_p99_ms is not None and not ttft_p99_ms <= self.ttft_p99_ms:
+            out.append(f"p99 TTFT {ttft_p99_ms:.1f} ms > {self.ttft_p99_ms:g} ms")
+        if self.itl_p99_ms is not None and not itl_p99_ms <= self.itl_p99_ms:
+            out.append(f"p99 ITL {itl_p99_ms:.1f} ms > {self.itl_p99_ms:g} ms")
+        return out
+
+
+@dataclass(frozen=True)
+class OverSaturation:
+    """When a rate is over-saturated (the module's docstring gives both rules)."""
+
+    min_achieved_fraction: float
+    ttft_growth_factor: float
+    ttft_growth_min_ms: float
+
+    def judge(self, offered: int, completed: int, ttft_first_ms: float, ttft_last_ms: float) -> str:
+        """Why a window is over-saturated ("" where it is not): ``offered`` arrivals due in the window,
+        ``completed`` requests finished in it, median TTFT of its first and last third."""
+        reasons = []
+        if offered and completed < self.min_achieved_fraction * offered and offered - completed >= MIN_SHORTFALL:
+            reasons.append(
+                f"{completed} requests completed in the window against {offered} arrivals "
+                f"({completed / offered:.0%} < {self.min_achieved_fraction:.0%})"
+            )
+        grew = ttft_last_ms - ttft_first_ms
+        if ttft_first_ms >= 0 and math.isfinite(ttft_first_ms) and grew >= self.ttft_growth_min_ms:
+            if math.isinf(ttft_last_ms):
+                reasons.append("TTFT p50 grew without bound (the window's last third got no first token in the run)")
+            elif ttft_last_ms > self.ttft_growth_factor * ttft_first_ms:
+                reasons.append(
+                    f"TTFT p50 grew {ttft_last_ms / max(ttft_first_ms, 1e-9):.1f}x through the window "
+                    f"({ttft_first_ms:.0f} -> {ttft_last_ms:.0f} ms)"
+                )
+        return "; ".join(reasons)
+
+
+def _thirds_ttft_ms(run: OpenLoopRun) -> tuple[float, float]:
+    """Median TTFT (ms) of the first and of the last third of the requests started in the window, by start; a
+    request cut at the run's end without a first token counts as infinite, one that failed otherwise not at
+    all."""
+    vals = []
+    for s in sorted(run.started_in_window(), key=lambda s: s.record.start_s):
+        if not (s.record.ok or s.cut_at_end):
+            continue
+        t = s.record.ttft_s
+        vals.append(math.inf if math.isnan(t) else 1000 * t)
+    k = len(vals) // 3
+    if k == 0:
+        return float("nan"), float("nan")
+    return statistics.median(vals[:k]), statistics.median(vals[-k:])
+
+
+@dataclass
+class RatePoint:
+    """One run of a sweep: one mix at one rate in one cycle (or the saturation probe: shape concurrency)."""
+
+    server: str
+    mix: str
+    cycle: int
+    position: int  # place in the cycle
+    shape: str  # poisson, or concurrency (the probe)
+    fraction: float  # of the mix's probe rate (NaN for the probe)
+    rate_per_s: float  # the offered rate the schedule was drawn at (NaN for the probe)
+    concurrency: int
+    duration_s: float  # the steady-state window
+    offered_per_s: float  # arrivals due in the window, per second
+    achieved_per_s: float  # successful requests finished in the window, per second
+    output_tok_per_s: float
+    goodput_per_s: float  # of achieved_per_s, those meeting the SLO per request (NaN without an SLO)
+    n_sent: int
+    n_window: int  # started after the ramp and finished before the drain, successful
+    n_completed: int
+    n_errors: int  # started in the window and failed (cut at the run's end not counted)
+    n_cut: int  # cut at the run's end
+    ttft_ms_p50: float
+    ttft_ms_p90: float
+    ttft_ms_p99: float
+    itl_ms_p50: float
+    itl_ms_p90: float
+    itl_ms_p99: float
+    e2e_ms_p50: float
+    e2e_ms_p90: float
+    e2e_ms_p99: float
+    ttft_first_third_ms: float
+    ttft_last_third_ms: float
+    send_lag_ms_p50: float
+    send_lag_ms_p99: float
+    send_lag_ms_max: float
+    peak_in_flight: int
+    client_bound: str = ""  # why the client may have set the pace ("" where nothing says so)
+    over_saturated: str = ""  # why the rate is over-saturated ("" where it is not)
+
+    @classmethod
+    def of_run(
+        cls,
+        run: OpenLoopRun,
+        *,
+        server: str,
+        mix: str,
+        cycle: int,
+        position: int,
+        fraction: float,
+        slo: Slo | None,
+        over: OverSaturation,
+    ) -> RatePoint:
+        d = run.phases.duration_s
+        kept = [r for r in run.window() if r.ok]
+        completed = run.completed_in_window()
+        started = run.started_in_window()
+        ttft, itl, e2e = (
+            _ms([r.ttft_s for r in kept]),
+            _ms([x for r in kept for x in r.itl_s]),
+            _ms([r.latency_s for r in kept]),
+        )
+        lags = _ms(run.send_lags_s())
+        first, last = _thirds_ttft_ms(run)
+        poisson = run.shape == "poisson"
+        offered = run.scheduled_in_window() if poisson else 0
+        q = {
+            f"{name}_ms_p{p}": percentile(vals, p)
+            for name, vals in (("ttft", ttft), ("itl", itl), ("e2e", e2e))
+            for p in QUANTILES
+        }
+        return cls(
+            server=server,
+            mix=mix,
+            cycle=cycle,
+            position=position,
+            shape=run.shape,
+            fraction=fraction,
+            rate_per_s=run.rate_per_s,
+            concurrency=run.concurrency,
+            duration_s=d,
+            offered_per_s=offered / d if poisson else float("nan"),
+            achieved_per_s=len(completed) / d,
+            output_tok_per_s=sum(r.completion_tokens for r in completed) / d,
+            goodput_per_s=sum(slo.request_meets(r) for r in completed) / d if slo else float("nan"),
+            n_sent=len(run.sent),
+            n_window=len(kept),
+            n_completed=len(completed),
+            n_errors=sum(1 for s in started if not s.record.ok and not s.cut_at_end),
+            n_cut=sum(1 for s in run.sent if s.cut_at_end),
+            ttft_first_third_ms=first,
+            ttft_last_third_ms=last,
+            send_lag_ms_p50=percentile(lags, 50),
+            send_lag_ms_p99=percentile(lags, 99),
+            send_lag_ms_max=max(lags, default=float("nan")),
+            peak_in_flight=run.peak_in_flight,
+            client_bound=run.client_bound,
+            over_saturated=over.judge(offered, len(completed), first, last) if poisson else "",
+            **q,
+        )
+
+    @property
+    def measured(self) -> bool:
+        """Whether the point says anything: a request in its window, or over-saturated. A window that drew no
+        arrival (a low rate in a short window) is left out of the capacity search, not taken as a failure."""
+        return self.n_window > 0 or bool(self.over_saturated)
+
+    def missed(self, slo: Slo) -> list[str]:
+        """Why this point fails the SLO (empty where it meets it)."""
+        out = slo.missed(self.ttft_ms_p99, self.itl_ms_p99)
+        if self.over_saturated:
+            out.append("over-saturated")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": RATE_POINT_SCHEMA, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RatePoint:
+        _check_schema(data, RATE_POINT_SCHEMA, "rate point")
+        return _from_fields(cls, data)
+
+
+@dataclass
+class SweepResult:
+    """Every run of one mix on one server: its probe, its rates (fractions of the probe's rate, fixed by cycle 0)
+    and one point per rate and cycle."""
+
+    server: str
+    mix: str
+    max_rate_per_s: float  # the probe's achieved rate
+    probe: RatePoint
+    fractions: list[float]
+    points: list[RatePoint] = field(default_factory=list)
+    cycles: int = 0
+    stop_reason: str = ""
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rates(self) -> list[float]:
+        return [f * self.max_rate_per_s for f in self.fractions]
+
+    def cycle_points(self, cycle: int) -> list[RatePoint]:
+        """The points of one cycle, by rate ascending."""
+        return sorted((p for p in self.points if p.cycle == cycle), key=lambda p: p.fraction)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SWEEP_SCHEMA,
+            "server": self.server,
+            "mix": self.mix,
+            "max_rate_per_s": self.max_rate_per_s,
+            "probe": self.probe.to_json(),
+            "fractions": list(self.fractions),
+            "points": [p.to_json() for p in self.points],
+            "cycles": self.cycles,
+            "stop_reason": self.stop_reason,
+            "settings": self.settings,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SweepResult:
+        _check_schema(data, SWEEP_SCHEMA, "rate sweep")
+        return cls(
+            server=data["server"],
+            mix=data["mix"],
+            max_rate_per_s=float(data["max_rate_per_s"]),
+            probe=RatePoint.from_json(data["probe"]),
+            fractions=[float(f) for f in data["fractions"]],
+            points=[RatePoint.from_json(p) for p in data["points"]],
+            cycles=int(data["cycles"]),
+            stop_reason=data.get("stop_reason", ""),
+            settings=dict(data.get("settings") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class CycleCapacity:
+    """Capacity at the SLO from one cycle's points. ``bound``: "" a value; "below" the lowest rate already fails
+    (capacity is below ``capacity_per_s``); "at_least" every rate meets (capacity is at least it); "none" no
+    point measured anything (capacity NaN, left out of the interval)."""
+
+    cycle: int
+    capacity_per_s: float
+    bound: str
+    last_meeting_per_s: float
+    first_failing_per_s: float
+    method: str
+
+
+def cycle_capacity(points: list[RatePoint], slo: Slo, cycle: int) -> CycleCapacity:
+    """Capacity at ``slo`` from one cycle's points (the module's docstring says how)."""
+    nan = float("nan")
+    pts = sorted((p for p in points if p.measured), key=lambda p: p.rate_per_s)
+    if not pts:
+        return CycleCapacity(cycle, nan, "none", nan, nan, "no rate of the cycle measured a request")
+    fail = next((i for i, p in enumerate(pts) if p.missed(slo)), None)
+    if fail is None:
+        top = pts[-1].rate_per_s
+        return CycleCapacity(
+            cycle, top, "at_least", top, nan, "every rate met the SLO: capacity is at least the highest"
+        )
+    if fail == 0:
+        low = pts[0]
+        why = "; ".join(low.missed(slo))
+        return CycleCapacity(cycle, low.rate_per_s, "below", nan, low.rate_per_s, f"the lowest rate fails ({why})")
+    m, f = pts[fail - 1], pts[fail]
+    if f.over_saturated:
+        return CycleCapacity(
+            cycle, m.rate_per_s, "", m.rate_per_s, f.rate_per_s, "last meeting rate (the next is over-saturated)"
+        )
+    crossings = []
+    for name, bound, vm, vf in (
+        ("p99 TTFT", slo.ttft_p99_ms, m.ttft_ms_p99, f.ttft_ms_p99),
+        ("p99 ITL", slo.itl_p99_ms, m.itl_ms_p99, f.itl_ms_p99),
+    ):
+        if bound is None or not vf > bound or math.isnan(vm) or vm > bound:
+            continue
+        crossings.append((m.rate_per_s + (bound - vm) / (vf - vm) * (f.rate_per_s - m.rate_per_s), name))
+    if not crossings:  # the failing rate measured no latency to interpolate
+        return CycleCapacity(cycle, m.rate_per_s, "", m.rate_per_s, f.rate_per_s, "last meeting rate")
+    cap, name = min(crossings)
+    return CycleCapacity(cycle, cap, "", m.rate_per_s, f.rate_per_s, f"linear in {name} between the two rates")
+
+
+@dataclass
+class Capacity:
+    """The highest rate (requests/s) one mix gets on one server within the SLO: the median over the cycles and
+    its 95 % interval (``MedianInterval``; ``coverage`` below 0.95 with fewer than six cycles)."""
+
+    server: str
+    mix: str
+    slo: Slo
+    n: int
+    capacity_per_s: float
+    lo: float
+    hi: float
+    coverage: float
+    max_rate_per_s: float  # the saturation probe's rate, for scale
+    censored: int  # cycles that gave a bound, not a value
+    client_bound_points: int
+    unmeasured_points: int  # points whose window held no request (left out of the search)
+    per_cycle: list[CycleCapacity] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, sweep: SweepResult, slo: Slo) -> Capacity:
+        cycles = sorted({p.cycle for p in sweep.points})
+        per = [cycle_capacity(sweep.cycle_points(c), slo, c) for c in cycles]
+        iv = MedianInterval.of([c.capacity_per_s for c in per])
+        return cls(
+            server=sweep.server,
+            mix=sweep.mix,
+            slo=slo,
+            n=iv.n,
+            capacity_per_s=iv.median,
+            lo=iv.lo,
+            hi=iv.hi,
+            coverage=iv.coverage,
+            max_rate_per_s=sweep.max_rate_per_s,
+            censored=sum(1 for c in per if c.bound in ("below", "at_least")),
+            client_bound_points=sum(1 for p in sweep.points if p.client_bound),
+            unmeasured_points=sum(1 for p in sweep.points if not p.measured),
+            per_cycle=per,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["slo"] = self.slo.to_json()
+        return {"schema": CAPACITY_SCHEMA, **d}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Capacity:
+        _check_schema(data, CAPACITY_SCHEMA, "capacity")
+        return cls(
+            server=data["server"],
+            mix=data["mix"],
+            slo=Slo.from_json(data["slo"]),
+            n=int(data["n"]),
+            capacity_per_s=_float(data["capacity_per_s"]),
+            lo=_float(data["lo"]),
+            hi=_float(data["hi"]),
+            coverage=_float(data["coverage"]),
+            max_rate_per_s=_float(data["max_rate_per_s"]),
+            censored=int(data["censored"]),
+            client_bound_points=int(data["client_bound_points"]),
+            unmeasured_points=int(data["unmeasured_points"]),
+            per_cycle=[_from_fields(CycleCapacity, c) for c in data.get("per_cycle", [])],
+        )
