@@ -131,10 +131,10 @@ def test_the_model_renders_through_the_include_with_its_plots(study, tmp_path):
     json.dumps(model, allow_nan=False)  # plain JSON: no NaN in the file
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(ROOT / "report" / "templates"), autoescape=True)
-    html = env.get_template("capacity.html.j2").render(capacity=model, capacity_plots_url="capacity/")
+    html = env.get_template("sections/capacity.html.j2").render(capacity=model, capacity_plots_url="capacity/")
     assert 'id="capacity-base-l2"' in html and "&gt;=6.00" in html and 'src="capacity/capacity.png"' in html
     assert "For mix base, off" in html and "not run: needs a GPU" in html
-    assert env.get_template("capacity.html.j2").render().strip() == ""  # no sweep configured: nothing
+    assert env.get_template("sections/capacity.html.j2").render().strip() == ""  # no sweep configured: nothing
 
 
 def test_sweeps_with_different_slos_are_refused(study, tmp_path):
@@ -144,3 +144,31 @@ def test_sweeps_with_different_slos_are_refused(study, tmp_path):
     other.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="different SLOs"):
         capacity_model([study[0], other], SERVERS)
+
+
+def test_the_report_shows_the_capacity_section_with_its_plots_beside_it(study, tmp_path):
+    import yaml
+
+    from lorabench.claims import evaluate_file
+    from lorabench.report import render_report
+
+    from .conftest import FIXTURES
+
+    run = FIXTURES / "cpu-run"
+    cap_dir = tmp_path / "capacity"
+    cap_dir.mkdir()
+    model = capacity_model(study, SERVERS, {"z": {"adapters": ["a", "b"], "assignment": "zipf"}}, cap_dir / "plots")
+    (cap_dir / "capacity.json").write_text(json.dumps(model))
+    adapters = [str(run / f"adapter-{a}.json") for a in "abc"]
+    verdicts = tmp_path / "verdicts.json"
+    evaluate_file(str(ROOT / "config/claims.yaml"), str(run / "summary.json"), str(run / "model.json"), adapters,
+                  str(verdicts), str(ROOT / "config/models/qwen3-1.7b.json"))  # fmt: skip
+    html = tmp_path / "report" / "index.html"
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    render_report("fixture", config, str(run / "summary.json"), str(verdicts), str(run / "model.json"), adapters, [],
+                  html, tmp_path / "report/provenance.json", ROOT / "report/templates", ROOT,
+                  capacity_path=str(cap_dir / "capacity.json"))  # fmt: skip
+    text = html.read_text()
+    assert 'id="capacity"' in text and 'id="capacity-base-l2"' in text and "For mix base, off" in text
+    assert 'src="capacity-capacity.png"' in text and (html.parent / "capacity-capacity.png").stat().st_size > 1000
+    assert all((html.parent / f"capacity-{f}").exists() for m in model["plots"]["latency"].values() for f in m.values())

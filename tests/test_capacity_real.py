@@ -1,6 +1,6 @@
 """Study capacity, CPU-sized, end to end with real vLLM (CPU build) servers as far as the sweeps and the capacity
 tables (rule ``sweeps``): a Poisson rate sweep per server and mix, capacity at the SLO with its interval, LoRA's
-cost in capacity, the sizing sentences and the plots (slow: about 12 minutes)."""
+cost in capacity, the sizing sentences and the plots (slow: lighter sweeps than the study's, see LIGHTER_SWEEP)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from .test_pipeline_e2e import copy_repo, snakemake
 pytestmark = pytest.mark.slow
 
 CONFIG = "config/studies/capacity-cpu.yaml"
+LIGHTER_SWEEP = {"repeats": 2, "max_rate_factor": 1.45, "warmup_s": 1.0, "duration_s": 5, "drain_s": 1.0}
+CYCLES = LIGHTER_SWEEP["repeats"]
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +30,8 @@ def capacity(tmp_path_factory: pytest.TempPathFactory, built_inputs: Path) -> Pa
     cfg = yaml.safe_load((work / CONFIG).read_text())
     for srv in cfg["servers"].values():
         srv["args"] = {**srv.get("args", {}), **EAGER}
+    # lighter for CI (the behaviour, not the figures): 2 cycles, rates up to 145 % of the probe's, 7 s a run
+    cfg["rate_sweep"].update(LIGHTER_SWEEP)
     (work / CONFIG).write_text(yaml.safe_dump(cfg, sort_keys=False))
     snakemake(work, "--configfile", CONFIG, "--replace-workflow-config", "sweeps", timeout=2400)
     return work
@@ -39,7 +43,7 @@ def test_each_server_swept_its_mixes_under_the_harness(capacity: Path):
         swept = SweepFile.read(out / "sweep.json")
         assert swept.status == "ok" and [s.mix for s in swept.sweeps] == mixes
         for s in swept.sweeps:
-            assert s.max_rate_per_s > 0 and s.cycles == 3 and len(s.points) == 3 * len(s.fractions)
+            assert s.max_rate_per_s > 0 and s.cycles == CYCLES and len(s.points) == CYCLES * len(s.fractions)
             assert s.fractions[0] == 0.1 and s.points[0].n_window > 0
             # latency rises with the offered rate: the highest rate's p99 TTFT (median over cycles) above the lowest
             lowest, highest = min(s.fractions), max(s.fractions)
@@ -53,7 +57,7 @@ def test_each_server_swept_its_mixes_under_the_harness(capacity: Path):
         if server == "lora-4":
             assert set(facts["probes"]["canary"]["adapters"]) == {"a", "b", "c", "d"}
         log = (capacity / "logs/rate_sweep" / f"{server}.log").read_text()
-        assert "cycle 3/3" in log and "capacity at the SLO" in log  # progress per rate, capacity per mix
+        assert f"cycle {CYCLES}/{CYCLES}" in log and "capacity at the SLO" in log  # progress per rate, capacity per mix
 
 
 def test_capacity_tables_findings_and_plots(capacity: Path):
@@ -64,7 +68,7 @@ def test_capacity_tables_findings_and_plots(capacity: Path):
     base = {r["server"]: r["raw"] for r in by_mix["base"]["rows"]}
     assert set(base) == {"lora-off", "lora-4"}
     for row in [*base.values(), by_mix["zipf4"]["rows"][0]["raw"]]:
-        assert row["status"] == "ok" and row["n"] == 3 and row["capacity_per_s"] > 0
+        assert row["status"] == "ok" and row["n"] == CYCLES and row["capacity_per_s"] > 0
         assert row["lo"] <= row["capacity_per_s"] <= row["hi"]
     # LoRA's cost is read against the LoRA-off server of the same engine, on the base model's mix
     # (not where the LoRA-off capacity is itself a bound)

@@ -9,7 +9,7 @@ only (nothing here measures; the sweep job never imports it).
   within the SLO, whether the runner-up is told apart, and what LoRA costs there.
 - ``capacity_plots``: latency against rate per mix (p50 and p99 of TTFT and ITL, ``sweep_plots``) and capacity
   per configuration.
-- ``capacity_model``: all of it as one dict for ``report/templates/capacity.html.j2`` (its keys below).
+- ``capacity_model``: all of it as one dict for ``report/templates/sections/capacity.html.j2`` (its keys below).
 
 Marks. A cycle whose lowest rate already fails gives only an upper bound ("below"), one whose every rate meets a
 lower bound ("at_least"). The median over cycles is marked ``<`` when at least half of the cycles gave an upper

@@ -59,11 +59,13 @@ def render_report(
     checkout: Path,
     queues_path: str | None = None,
     hardware_path: str | Path | None = None,
+    capacity_path: str | None = None,
 ) -> None:
     """Render the report of a study's saved results into ``out_html`` (plots beside it) with the ``templates``
-    folder; the provenance (``out_provenance``) records the commit of the lorabench ``checkout`` that renders it."""
+    folder; the provenance (``out_provenance``) records the commit of the lorabench ``checkout`` that renders it.
+    ``capacity_path``: the rate sweeps' capacity.json (capacity_summary), its plots in ``plots/`` beside it."""
     inputs = ReportInputs.read(
-        study, config, summary_path, verdicts_path, model_path, adapter_paths, env_paths, queues_path
+        study, config, summary_path, verdicts_path, model_path, adapter_paths, env_paths, queues_path, capacity_path
     )
     model = build(inputs, out_html.parent, checkout, hardware_path)
     write_json(out_provenance, model.provenance)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -75,6 +76,8 @@ class ReportInputs:
     adapters: list[dict[str, Any]]
     envs: list[dict[str, Any]]
     queues: dict[str, Any]
+    capacity: dict[str, Any] | None = None  # capacity.json of the rate sweeps (capacity.capacity_model)
+    capacity_plots: Path | None = None  # the folder of its plots
 
     @classmethod
     def read(
@@ -87,6 +90,7 @@ class ReportInputs:
         adapter_paths: list[str],
         env_paths: list[str],
         queues_path: str | None = None,
+        capacity_path: str | None = None,
     ) -> ReportInputs:
         return cls(
             study=study,
@@ -97,6 +101,8 @@ class ReportInputs:
             adapters=[read_json(p) for p in adapter_paths],
             envs=[read_json(p) for p in env_paths],
             queues=read_json(queues_path) if queues_path else {"servers": [], "cliffs": []},
+            capacity=read_json(capacity_path) if capacity_path else None,
+            capacity_plots=Path(capacity_path).parent / "plots" if capacity_path else None,
         )
 
 
@@ -110,6 +116,7 @@ class ReportModel:
     cost: dict[str, Any]
     slots: dict[str, Any]
     engines: dict[str, Any]
+    capacity: dict[str, Any]
     side_jobs: dict[str, Any]
     facts: dict[str, Any]
     claims: dict[str, Any]
@@ -118,7 +125,17 @@ class ReportModel:
     def context(self) -> dict[str, Any]:
         """The sections' fields as one namespace (the names the templates use)."""
         out: dict[str, Any] = {"findings": self.findings}
-        for part in (self.header, self.cost, self.slots, self.engines, self.side_jobs, self.facts, self.claims):
+        parts = (
+            self.header,
+            self.cost,
+            self.slots,
+            self.engines,
+            self.capacity,
+            self.side_jobs,
+            self.facts,
+            self.claims,
+        )
+        for part in parts:
             out.update(part)
         out["prov"] = self.provenance
         return out
@@ -220,6 +237,7 @@ def build(inputs: ReportInputs, out_dir: Path, checkout: Path, hardware_path: st
             "ranks": rank_rows(rows, adapters, base),
         },
         engines={"engine_comparison": summary.get("engine_comparison") or []},
+        capacity={"capacity": _capacity_section(inputs, out_dir)},
         side_jobs={"runtime": summary.get("runtime", []), "prefix": summary.get("prefix_cache", [])},
         facts={"facts": summary["facts"]},
         claims={
@@ -229,6 +247,26 @@ def build(inputs: ReportInputs, out_dir: Path, checkout: Path, hardware_path: st
         },
         provenance=prov,
     )
+
+
+def _capacity_section(inputs: ReportInputs, out_dir: Path) -> dict[str, Any] | None:
+    """The rate sweeps' capacity tables, their plots copied beside the report (capacity-NAME.png)."""
+    cap = inputs.capacity
+    if not cap or not cap.get("slo"):
+        return cap
+    plots_in = cap.get("plots") or {}
+    names = [plots_in.get("capacity")] + [f for by in (plots_in.get("latency") or {}).values() for f in by.values()]
+    for name in (n for n in names if n):
+        src = (inputs.capacity_plots or Path()) / name
+        if src.exists():
+            shutil.copyfile(src, out_dir / f"capacity-{name}")
+    renamed = {
+        "capacity": f"capacity-{plots_in['capacity']}" if plots_in.get("capacity") else None,
+        "latency": {
+            m: {k: f"capacity-{f}" for k, f in by.items()} for m, by in (plots_in.get("latency") or {}).items()
+        },
+    }
+    return {**cap, "plots": renamed}
 
 
 def _config_file(config: dict[str, Any], key: str, checkout: Path) -> Path:

@@ -77,6 +77,12 @@ rule report_render:
         templates=sorted(_rel(p) for p in TEMPLATES.rglob("*.j2")),
         # GPU figures for the roofline bound
         hardware=config["hardware_specs"],
+        # capacity at the SLO, with a rate_sweep section
+        capacity=(
+            ["results/capacity/capacity.json", "results/capacity/plots"]
+            if sweep_servers()
+            else []
+        ),
         code=code_of("report_render.py"),
     output:
         html="results/report/index.html",

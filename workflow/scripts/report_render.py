@@ -20,6 +20,7 @@ render_report(
     out_provenance=Path(sm.output.provenance),
     queues_path=sm.input.queues,
     hardware_path=sm.input.hardware,
+    capacity_path=sm.input.capacity[0] if sm.input.capacity else None,
     templates=Path(sm.params.checkout) / "report" / "templates",  # the rule's templates input
     checkout=Path(sm.params.checkout),
 )
