@@ -18,7 +18,7 @@ from .job import RuntimeLoad
 from .loadgen.traffic import workload_of
 from .phases import phase_costs
 from .records import SUMMARY_SCHEMA, BurstScaling, Comparison, EngineComparison, EngineSide, RatioSpan
-from .runtime_load import load_result
+from .runtime_figures import load_result
 from .stats import (
     MedianInterval,
     Summary,
@@ -633,7 +633,7 @@ def aggregate(
 
 def _runtime_result(load: dict[str, Any]) -> dict[str, Any]:
     """A runtime-loading result with its figures recomputed from its cycles by this checkout's code
-    (lorabench.runtime_load.load_result), so a study rebuilt from saved results shows what a fresh run would; a
+    (lorabench.runtime_figures.load_result), so a study rebuilt from saved results shows what a fresh run would; a
     job that measured nothing (no cycles) is kept as it is."""
     keys = ("cycles", "adapter", "burst", "resident_adapter", "unlisted_path_refused")
     if not all(k in load for k in keys):
