@@ -123,6 +123,17 @@ rule bundle_archive:
             server=runtime_servers(),
             f=["load.json", "records.jsonl", "server.log"],
         ),
+        prefix=expand(
+            "results/prefix_cache/{server}/{f}",
+            server=prefix_servers(),
+            f=["prefix.json", "records.jsonl", "server.log"],
+        ),
+        sweeps=expand(
+            "results/rate_sweep/{server}/{f}",
+            server=sweep_servers(),
+            f=["sweep.json", "records.jsonl", "facts.json", "server.log"],
+        ),
+        capacity=["results/capacity/capacity.json"] if sweep_servers() else [],
         envs=expand(
             "results/envs/{engine}.{ext}",
             engine=sorted(config["engines"]),
