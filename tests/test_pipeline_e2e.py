@@ -247,7 +247,7 @@ def test_server_edit_plans_only_that_server(study: Path, tmp_path: Path):
 
 def test_template_edit_plans_only_report_and_bundle(study: Path, tmp_path: Path):
     def edit(d: Path) -> None:
-        p = d / "report/templates/report.html.j2"
+        p = d / "report/templates/sections/header.html.j2"
         p.write_text(p.read_text().replace("<h1>", "<h1 class='t'>"))
 
     w = edited_copy(study, tmp_path / "w", edit)

@@ -69,6 +69,10 @@ rule workload_requests:
         workloads=json.dumps(config.get("workloads") or {}, sort_keys=True),
         conditions=json.dumps(config["conditions"], sort_keys=True),
         bursts=sorted(config["bursts"]),
-        limits=json.dumps(context_limits(config), sort_keys=True),
+        # only where prompts are tokenized is there a check left for build time: elsewhere a server's context
+        # edit must not rerun the request set (and with it every server job)
+        limits=json.dumps(
+            context_limits(config) if needs_tokenizer(config) else {}, sort_keys=True
+        ),
     script:
         "../scripts/workload_requests.py"
