@@ -89,6 +89,19 @@ def test_window_keeps_requests_started_after_the_ramp_and_finished_before_the_dr
     assert rows[0]["server"] == "s" and rows[0]["shape"] == "poisson"
 
 
+def test_arrivals_due_moved_by_the_latency_are_what_a_server_keeping_pace_finishes_in_the_window():
+    """Each request 0.45 s long, arrivals bunched at the window's end (as Poisson arrivals can be): of the 10 due
+    in the window [1, 3) s, 5 end after it, and 2 of the ramp end inside it; moved 0.45 s earlier, the arrivals
+    due are exactly those that finished in the window, so that a server keeping pace is not taken for one
+    falling behind."""
+    phases = Phases(warmup_s=1.0, duration_s=2.0, drain_s=1.0)
+    due = [0.7, 0.8, 1.1, 1.6, 2.0, 2.2, 2.5, 2.6, 2.7, 2.8, 2.9, 2.95]
+    run = OpenLoopRun("poisson", phases, T0, [Sent(rec(T0 + t, T0 + t + 0.45), scheduled_s=t) for t in due])
+    assert run.scheduled_in_window() == 10 and len(run.completed_in_window()) == 7
+    assert run.scheduled_in_window(0.45) == 7
+    assert run.scheduled_in_window(5.0) == 4  # moved at most to the run's start: due in [0, 2) s
+
+
 def test_send_lag_beyond_the_threshold_flags_the_run_client_bound():
     phases = Phases(0.0, 1.0, 0.0)
     sent = [Sent(rec(T0 + i / 10, T0 + i / 10 + 0.05), scheduled_s=i / 10, send_lag_s=0.001) for i in range(10)]

@@ -129,10 +129,13 @@ class OpenLoopRun:
         w0, w1 = self.phases.window
         return [s.record for s in self.sent if s.record.ok and w0 <= self.offset(s.record.end_s) <= w1]
 
-    def scheduled_in_window(self) -> int:
-        """Arrivals due inside the window (poisson): the offered load the window actually drew."""
+    def scheduled_in_window(self, shift_s: float = 0.0) -> int:
+        """Arrivals due inside the window (poisson): the offered load the window actually drew. With ``shift_s``,
+        those due in the window moved that much earlier (at most to the run's start): with a request taking about
+        ``shift_s`` from arrival to its end, the requests a server that keeps pace finishes inside the window."""
         w0, w1 = self.phases.window
-        return sum(1 for s in self.sent if w0 <= s.scheduled_s < w1)
+        shift = min(max(shift_s, 0.0), w0)
+        return sum(1 for s in self.sent if w0 - shift <= s.scheduled_s < w1 - shift)
 
     def send_lags_s(self) -> list[float]:
         return [s.send_lag_s for s in self.sent if not math.isnan(s.send_lag_s)]

@@ -3,9 +3,11 @@
 
 Over-saturation (``OverSaturation.judge``), either rule:
 
-- the rate rule: fewer requests completed in the window than ``min_achieved_fraction`` of the arrivals due in
-  it (and at least ``MIN_SHORTFALL`` fewer, so that one request still in flight in a short window is not taken
-  for a backlog): the server no longer keeps up, its queue grows;
+- the rate rule: fewer requests completed in the window than ``min_achieved_fraction`` of the arrivals that a
+  server keeping pace finishes in it (those due in the window moved earlier by the median end-to-end latency of
+  the requests finished in it, so that the requests still in flight at the window's end are not taken for a
+  backlog: they are matched by those that arrived before it and finished in it), and at least ``MIN_SHORTFALL``
+  fewer: the server no longer keeps up, its queue grows;
 - the TTFT rule (GuideLLM's signal of a growing queue): the median TTFT of the last third of the window's
   requests (by start) is more than ``ttft_growth_factor`` times that of the first third, and at least
   ``ttft_growth_min_ms`` more. A request that got no first token before the run ended counts as infinitely late.
@@ -125,12 +127,13 @@ class OverSaturation:
     ttft_growth_min_ms: float
 
     def judge(self, offered: int, completed: int, ttft_first_ms: float, ttft_last_ms: float) -> str:
-        """Why a window is over-saturated ("" where it is not): ``offered`` arrivals due in the window,
-        ``completed`` requests finished in it, median TTFT of its first and last third."""
+        """Why a window is over-saturated ("" where it is not): ``offered`` arrivals a server keeping pace
+        finishes in the window (the rate rule's), ``completed`` requests finished in it, median TTFT of its first
+        and last third."""
         reasons = []
         if offered and completed < self.min_achieved_fraction * offered and offered - completed >= MIN_SHORTFALL:
             reasons.append(
-                f"{completed} requests completed in the window against {offered} arrivals "
+                f"{completed} requests completed in the window against {offered} arrivals due "
                 f"({completed / offered:.0%} < {self.min_achieved_fraction:.0%})"
             )
         grew = ttft_last_ms - ttft_first_ms
@@ -227,6 +230,8 @@ class RatePoint:
         first, last = _thirds_ttft_ms(run)
         poisson = run.shape == "poisson"
         offered = run.scheduled_in_window() if poisson else 0
+        # arrivals a server keeping pace finishes in the window: those due in it, moved by the median latency
+        due = run.scheduled_in_window(statistics.median(r.latency_s for r in completed)) if poisson and completed else offered
         q = {
             f"{name}_ms_p{p}": percentile(vals, p)
             for name, vals in (("ttft", ttft), ("itl", itl), ("e2e", e2e))
@@ -258,7 +263,7 @@ class RatePoint:
             send_lag_ms_max=max(lags, default=float("nan")),
             peak_in_flight=run.peak_in_flight,
             client_bound=run.client_bound,
-            over_saturated=over.judge(offered, len(completed), first, last) if poisson else "",
+            over_saturated=over.judge(due, len(completed), first, last) if poisson else "",
             **q,
         )
 
