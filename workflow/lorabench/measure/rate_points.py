@@ -231,7 +231,9 @@ class RatePoint:
         poisson = run.shape == "poisson"
         offered = run.scheduled_in_window() if poisson else 0
         # arrivals a server keeping pace finishes in the window: those due in it, moved by the median latency
-        due = run.scheduled_in_window(statistics.median(r.latency_s for r in completed)) if poisson and completed else offered
+        due = offered
+        if poisson and completed:
+            due = run.scheduled_in_window(statistics.median(r.latency_s for r in completed))
         q = {
             f"{name}_ms_p{p}": percentile(vals, p)
             for name, vals in (("ttft", ttft), ("itl", itl), ("e2e", e2e))
