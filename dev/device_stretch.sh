@@ -111,7 +111,7 @@ case "${1:-}" in
     out=${2:?output folder}
     rm -rf "$S/save"
     (cd "$W" && python3 dev/study_results.py save results "$S/save" > /dev/null)
-    for d in "$S"/save/servers/* "$S"/save/runtime_load/* "$S"/save/prefix_cache/*; do
+    for d in "$S"/save/servers/* "$S"/save/runtime_load/* "$S"/save/prefix_cache/* "$S"/save/rate_sweep/*; do
       [ -d "$d" ] && tar -czf "$out/$(basename "$(dirname "$d")")-$(basename "$d").tgz" -C "$(dirname "$d")" "$(basename "$d")"
     done
     (cd "$W" && tar -czf "$out/meta.tgz" results/envs results/model/manifest.json results/adapters/*.json \

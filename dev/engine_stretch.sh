@@ -5,7 +5,8 @@
 #   bash dev/engine_stretch.sh prepare CONFIG         install .whl-snake, copy the tree, build model/adapters/requests
 #   bash dev/engine_stretch.sh start CONFIG ENGINE    detached: the engine's record, then its server jobs (LoRA off
 #                                                     first, then by slot count); ONLY=REGEX keeps matching targets;
-#                                                     RUNTIME=1 adds the engine's runtime-loading jobs, last
+#                                                     RUNTIME=1 adds the engine's runtime-loading jobs, last;
+#                                                     SWEEP=1 its rate sweeps (rate_sweep.servers), after them
 #   bash dev/engine_stretch.sh wait SECONDS           poll until the run stops or SECONDS pass, then status
 #   bash dev/engine_stretch.sh status                 steps so far and the last cycle lines
 #   bash dev/engine_stretch.sh pack OUTDIR            one archive per finished job (records compressed), plus logs
@@ -44,6 +45,8 @@ rl = c.get('runtime_load') or {}
 rl = rl.get('server') if isinstance(rl, dict) else None
 rl = [rl] if isinstance(rl, str) else (rl or [])
 extra = ['results/runtime_load/%s/load.json' % s for s in srv if s in rl] if '${RUNTIME:-0}' == '1' else []
+rs = (c.get('rate_sweep') or {}).get('servers') or []
+extra += ['results/rate_sweep/%s/sweep.json' % s for s in srv if s in rs] if '${SWEEP:-0}' == '1' else []
 print(' '.join(['results/servers/%s/facts.json' % s for s in srv] + extra))")
     setsid nohup bash -c "
       cd '$W'
@@ -75,7 +78,7 @@ print(' '.join(['results/servers/%s/facts.json' % s for s in srv] + extra))")
     out=${2:?output folder}
     rm -rf "$S/save"
     (cd "$W" && python3 dev/study_results.py save results "$S/save" > /dev/null)
-    for d in "$S"/save/servers/* "$S"/save/runtime_load/*; do
+    for d in "$S"/save/servers/* "$S"/save/runtime_load/* "$S"/save/prefix_cache/* "$S"/save/rate_sweep/*; do
       [ -d "$d" ] && tar -czf "$out/$(basename "$(dirname "$d")")-$(basename "$d").tgz" -C "$(dirname "$d")" "$(basename "$d")"
     done
     (cd "$W" && tar -czf "$out/meta.tgz" results/envs results/model/manifest.json results/adapters/*.json results/workload logs 2>/dev/null)

@@ -93,3 +93,34 @@ def test_rebuild_runs_the_report_rules_and_lists_unmeasured_servers(tmp_path: Pa
     assert sorted(p.name for p in (out / "summary").iterdir()) == [
         "measurements.csv", "server_facts.csv", "summary.csv", "summary.json"
     ]  # fmt: skip
+
+
+def test_rebuild_stages_rate_sweeps_and_publishes_the_capacity_tables(tmp_path: Path):
+    """A capacity study of which one server's sweep came back: its capacity is tabled, the other sweep is listed
+    as not measured, and the published study holds the sweeps and the capacity tables."""
+    from .test_capacity import sweep, write_sweep
+
+    res, out = tmp_path / "results", tmp_path / "study"
+    _saved_study(res)
+    shutil.rmtree(res / "servers")
+    shutil.rmtree(res / "runtime_load")
+    shutil.copy(RUN / "adapter-a.json", res / "adapters" / "d.json")
+    saved = write_sweep(res / "rate_sweep", "lora-off", [sweep("lora-off", "base", [[100, 200, 3000]] * 3)])
+    data = read_json(saved)
+    write_json(saved, data | {"slo": {"ttft_p99_ms": 1500, "itl_p99_ms": 250}})  # the study's SLO
+    write_json(saved.parent / "facts.json", {"server": "lora-off", "engine": "vllm-cpu", "status": "ok"})
+    for f in ("records.jsonl", "server.log"):
+        (saved.parent / f).write_text("")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "rebuild_study.py"), str(res), str(out),
+         "--config", "config/studies/capacity-cpu.yaml"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert read_json(out / "rate_sweep" / "lora-off" / "sweep.json")["status"] == "ok"
+    assert read_json(out / "rate_sweep" / "lora-4" / "sweep.json")["status"].startswith("not measured yet")
+    capacity = read_json(out / "capacity" / "capacity.json")
+    rows = {(m["mix"], r["server"]): r["raw"] for m in capacity["mixes"] for r in m["rows"]}
+    assert rows[("base", "lora-off")]["status"] == "ok" and rows[("base", "lora-off")]["capacity_per_s"] > 0
+    assert rows[("base", "lora-4")]["status"].startswith("not measured yet"), rows
+    assert "Capacity at" in (out / "report" / "index.html").read_text()

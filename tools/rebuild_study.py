@@ -7,8 +7,8 @@ paths of a normal run. RESULTS_DIR itself is never modified.
 
 usage: .venv/bin/python tools/rebuild_study.py RESULTS_DIR OUT_DIR --config config/gpu-h200.yaml
 
-RESULTS_DIR holds what study_results.py restores (servers/*, runtime_load/*) plus envs/*.json, adapters/*.json
-and model/manifest.json. Servers of the config not measured yet get stub outputs that say so; the weights, the
+RESULTS_DIR holds what study_results.py restores (servers/*, runtime_load/*, prefix_cache/*, rate_sweep/*) plus
+envs/*.json, adapters/*.json and model/manifest.json. Servers of the config not measured yet get stub outputs that say so; the weights, the
 engine freezes and the request set, which the report rules do not read, are stood in for (the request set is
 made by the workload_requests rule), so that Snakemake has nothing upstream to run.
 """
@@ -25,13 +25,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
-from lorabench.config import load_file, prefix_cache_servers, runtime_load_servers  # noqa: E402
+from lorabench.config import load_file, prefix_cache_servers, rate_sweep_mixes, runtime_load_servers  # noqa: E402
 from lorabench.engines import get_engine  # noqa: E402
 from lorabench.io import read_json, write_json, write_jsonl  # noqa: E402
 from lorabench.job import server_job  # noqa: E402
+from lorabench.jobs import write_not_run  # noqa: E402
+from lorabench.rate_sweep import RateSweep  # noqa: E402
 
 NOT_MEASURED = "not measured yet (waits for the next stretch of GPU time)"
 REPORT_RULES = ("summary_aggregate", "queues_summary", "claims_evaluate", "report_render")
+SWEEP_RULES = ("capacity_summary",)  # with a rate_sweep section (forced, a rule adds its outputs to the run)
 # Outputs of the server_loadtest and runtime_load rules (workflow/rules/measure.smk).
 SERVER_OUTPUTS = ("measurements.jsonl", "records.jsonl", "metrics.jsonl", "facts.json", "server.log")
 # Jobs beside the measuring ones: folder under results/, the servers they copy, their result file, the job flag.
@@ -39,6 +42,8 @@ SIDE_JOBS = (
     ("runtime_load", runtime_load_servers, "load.json", "runtime"),
     ("prefix_cache", prefix_cache_servers, "prefix.json", "prefix"),
 )
+# Outputs of the rate_sweep rule (workflow/rules/sweep.smk).
+SWEEP_OUTPUTS = ("sweep.json", "records.jsonl", "facts.json", "server.log")
 SUMMARY_FILES = ("measurements.csv", "summary.csv", "server_facts.csv", "summary.json")
 # Restored outputs carry no Snakemake metadata: without mtime they are kept (as in tools/device_stretch.sh).
 TRIGGERS = ("params", "input", "code", "software-env")
@@ -99,6 +104,12 @@ def stage(cfg: dict, res: Path, work: Path) -> None:
             write_json(dst / result, {"server": job.server_id, "engine": job.server.engine, "status": NOT_MEASURED})
             write_jsonl(dst / "records.jsonl", [])
             (dst / "server.log").write_text(f"# {NOT_MEASURED}\n")
+    for s in sorted(rate_sweep_mixes(cfg)):
+        dst = work / "rate_sweep" / s
+        if (res / "rate_sweep" / s / "sweep.json").exists():
+            _copy_job(res / "rate_sweep" / s, dst, SWEEP_OUTPUTS)
+            continue
+        write_not_run(RateSweep.of_config(cfg, s), server_job(cfg, s, hardware=""), dst, NOT_MEASURED)
     for e in sorted(cfg["engines"]):
         (work / "envs").mkdir(parents=True, exist_ok=True)
         measured = any((res / "servers" / s).is_dir() for s, v in cfg["servers"].items() if v["engine"] == e)
@@ -157,7 +168,8 @@ def rebuild(results: Path, out: Path, config: Path) -> Path:
         link_checkout(work)
         if not (work / "results" / "workload" / "requests.json").exists():
             snakemake(work, config.resolve(), ["results/workload/requests.json"], ("workload_requests",), False)
-        snakemake(work, config.resolve(), ["results/report/index.html"], REPORT_RULES, True)
+        rules = REPORT_RULES + (SWEEP_RULES if rate_sweep_mixes(cfg) else ())
+        snakemake(work, config.resolve(), ["results/report/index.html"], rules, True)
         publish(cfg, results, work / "results", out)
         for rule in ("claims_evaluate", "report_render"):
             for line in (work / "logs" / f"{rule}.log").read_text().splitlines():
@@ -189,6 +201,14 @@ def publish(cfg: dict, res: Path, built: Path, out: Path) -> None:
         write_json(out / "runtime_load" / s / "load.json", load)
     for s, pc in zip(prefix_cache_servers(cfg), summary.get("prefix_cache", []), strict=True):
         write_json(out / "prefix_cache" / s / "prefix.json", pc)
+    # the rate sweeps' results as their jobs wrote them, the capacity tables and plots built from them
+    for s in sorted(rate_sweep_mixes(cfg)):
+        (out / "rate_sweep" / s).mkdir(parents=True, exist_ok=True)
+        for f in ("sweep.json", "facts.json"):
+            shutil.copy(built / "rate_sweep" / s / f, out / "rate_sweep" / s / f)
+    if rate_sweep_mixes(cfg):
+        shutil.rmtree(out / "capacity", ignore_errors=True)
+        shutil.copytree(built / "capacity", out / "capacity")
     for sub in ("envs", "adapters", "model"):
         (out / sub).mkdir(parents=True, exist_ok=True)
         for f in (res / sub).glob("*.json"):
