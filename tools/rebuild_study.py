@@ -8,9 +8,10 @@ paths of a normal run. RESULTS_DIR itself is never modified.
 usage: .venv/bin/python tools/rebuild_study.py RESULTS_DIR OUT_DIR --config config/gpu-h200.yaml
 
 RESULTS_DIR holds what study_results.py restores (servers/*, runtime_load/*, prefix_cache/*, rate_sweep/*) plus
-envs/*.json, adapters/*.json and model/manifest.json. Servers of the config not measured yet get stub outputs that say so; the weights, the
-engine freezes and the request set, which the report rules do not read, are stood in for (the request set is
-made by the workload_requests rule), so that Snakemake has nothing upstream to run.
+envs/*.json, adapters/*.json and model/manifest.json. Servers and sweeps of the config not measured yet get stub
+outputs that say so; the weights, the engine freezes and the request set, which the report rules do not read, are
+stood in for (the request set is made by the workload_requests rule), so that Snakemake has nothing upstream to
+run.
 """
 
 from __future__ import annotations
