@@ -75,11 +75,7 @@ def build_adapter(model_dir: Path, name: str, spec: dict[str, Any], out_dir: Pat
     trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
     out_dir.mkdir(parents=True, exist_ok=True)
     peft_model.save_pretrained(str(out_dir), safe_serialization=True)
-    files = {
-        p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
-        for p in sorted(out_dir.iterdir())
-        if p.is_file() and p.name != "manifest.json"
-    }
+    files = file_digests(out_dir)
     dtype = str(next(p for n, p in peft_model.named_parameters() if "lora_A" in n).dtype).replace("torch.", "")
     manifest: dict[str, Any] = {
         "name": name,
@@ -90,6 +86,24 @@ def build_adapter(model_dir: Path, name: str, spec: dict[str, Any], out_dir: Pat
         "init_lora_b_std": std,
         "seed": int(spec["seed"]),
         "dtype": dtype,
+        **size_figures(trainable, base_params, files),
+    }
+    return write_manifest(out_dir, manifest)
+
+
+def file_digests(folder: Path) -> dict[str, dict[str, Any]]:
+    """An adapter folder's files (its manifest left out): name -> bytes and sha256."""
+    return {
+        p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
+        for p in sorted(folder.iterdir())
+        if p.is_file() and p.name != "manifest.json"
+    }
+
+
+def size_figures(trainable: int, base_params: int, files: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """An adapter manifest's sizes: parameters (and their share of the base model's), bytes on disk and in bf16,
+    and its files."""
+    return {
         "trainable_parameters": trainable,
         "base_parameters": base_params,
         "share_of_base_pct": 100.0 * trainable / base_params,
@@ -97,12 +111,17 @@ def build_adapter(model_dir: Path, name: str, spec: dict[str, Any], out_dir: Pat
         "bytes_bf16": 2 * trainable,
         "files": files,
     }
+
+
+def write_manifest(out_dir: Path, manifest: dict[str, Any], source: Path | None = None) -> dict[str, Any]:
+    """Log an adapter's figures (and where it came from, for one given by path), write its manifest.json."""
     log.info(
-        "adapter %s: rank %d on %s, %s trainable parameters (%.3f%% of base), %s bytes on disk",
-        name,
+        "adapter %s%s: rank %d on %s, %s trainable parameters (%.3f%% of base), %s bytes on disk",
+        manifest["name"],
+        f" from {source}" if source else "",
         manifest["rank"],
-        ",".join(spec["target_modules"]),
-        f"{trainable:,}",
+        ",".join(manifest["target_modules"]),
+        f"{manifest['trainable_parameters']:,}",
         manifest["share_of_base_pct"],
         f"{manifest['bytes_on_disk']:,}",
     )

@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .adapters import LINEAR_PATHS, linear_shapes
-from .io import sha256_file, write_json
+from .adapters import LINEAR_PATHS, file_digests, linear_shapes, size_figures, write_manifest
 
 log = logging.getLogger(__name__)
 
@@ -360,9 +359,7 @@ def import_adapter(
     left = sorted(p.name for p in found.path.iterdir() if p.name not in COPIED and p.name != "manifest.json")
     if left:
         log.info("adapter %s: not copied (not part of the adapter): %s", name, ", ".join(left))
-    files = {
-        p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)} for p in sorted(out_dir.iterdir()) if p.is_file()
-    }
+    files = file_digests(out_dir)
     modules = lora_modules(found)
     trainable = sum(_numel(s) for s in found.shapes.values())
     cfg = found.config
@@ -376,27 +373,11 @@ def import_adapter(
         "target_modules": target_order(modules, model),
         "seed": None,
         "dtype": ",".join(sorted(found.dtypes)),
-        "trainable_parameters": trainable,
-        "base_parameters": base_params,
-        "share_of_base_pct": 100.0 * trainable / base_params,
-        "bytes_on_disk": sum(f["bytes"] for f in files.values()),
-        "bytes_bf16": 2 * trainable,
-        "files": files,
+        **size_figures(trainable, base_params, files),
         "base_model_name_or_path": cfg.get("base_model_name_or_path"),
         "notes": notes,
     }
-    log.info(
-        "adapter %s from %s: rank %d on %s, %s parameters (%.3f%% of base), %s bytes on disk",
-        name,
-        found.path,
-        manifest["rank"],
-        ",".join(manifest["target_modules"]),
-        f"{trainable:,}",
-        manifest["share_of_base_pct"],
-        f"{manifest['bytes_on_disk']:,}",
-    )
-    write_json(out_dir / "manifest.json", manifest)
-    return manifest
+    return write_manifest(out_dir, manifest, found.path)
 
 
 def max_ranks_of(config: dict[str, Any], name: str) -> dict[str, int]:

@@ -96,6 +96,28 @@ def flags_from_args(args: dict[str, Any]) -> list[str]:
     return out
 
 
+def launch_argv(spec: ServerSpec, module: str, model_flag: str, host: str, port: int) -> list[str]:
+    """``python -m MODULE MODEL_FLAG PATH --served-model-name NAME --host HOST --port PORT``: how both engines'
+    OpenAI-compatible servers start."""
+    return [spec.python, "-m", module, model_flag, spec.model_path, "--served-model-name", spec.served_name,
+            "--host", host, "--port", str(port)]  # fmt: skip
+
+
+def lora_argv(spec: ServerSpec, flags: dict[str, str], adapters_flag: str) -> list[str]:
+    """The LoRA flags of a server with LoRA on (none with it off): ``--enable-lora``, then each setting of ``spec``
+    named in ``flags`` (attribute -> engine flag) that is set, in that order, then the adapters loaded at start-up
+    as ``adapters_flag name=path ...``, by name."""
+    if not spec.lora:
+        return []
+    argv = ["--enable-lora"]
+    for attr, flag in flags.items():
+        if (value := getattr(spec, attr)) is not None:
+            argv += [flag, str(value)]
+    if spec.adapters:
+        argv += [adapters_flag, *(f"{n}={p}" for n, p in sorted(spec.adapters.items()))]
+    return argv
+
+
 class Engine(ABC):
     """One inference engine. Implementations hold no state; every method is a pure function of its inputs."""
 

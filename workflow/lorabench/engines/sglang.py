@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .base import Engine, ServerSpec, first_match, flags_from_args, register
+from .base import Engine, ServerSpec, first_match, flags_from_args, launch_argv, lora_argv, register
 
 
 @register
@@ -31,29 +31,9 @@ class SGLang(Engine):
     cached_tokens_args = {"enable_cache_report": True}
 
     def command(self, spec: ServerSpec, host: str, port: int) -> list[str]:
-        argv = [
-            spec.python,
-            "-m",
-            "sglang.launch_server",
-            "--model-path",
-            spec.model_path,
-            "--served-model-name",
-            spec.served_name,
-            "--host",
-            host,
-            "--port",
-            str(port),
-            "--enable-metrics",
-        ]
-        if spec.lora:
-            argv.append("--enable-lora")
-            if spec.max_loras is not None:
-                argv += ["--max-loras-per-batch", str(spec.max_loras)]
-            if spec.max_lora_rank is not None:
-                argv += ["--max-lora-rank", str(spec.max_lora_rank)]
-            if spec.adapters:
-                argv += ["--lora-paths", *(f"{n}={p}" for n, p in sorted(spec.adapters.items()))]
-        return argv + flags_from_args(spec.args)
+        argv = [*launch_argv(spec, "sglang.launch_server", "--model-path", host, port), "--enable-metrics"]
+        lora = {"max_loras": "--max-loras-per-batch", "max_lora_rank": "--max-lora-rank"}
+        return argv + lora_argv(spec, lora, "--lora-paths") + flags_from_args(spec.args)
 
     def environment(self, spec: ServerSpec) -> dict[str, str]:
         return {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1"}

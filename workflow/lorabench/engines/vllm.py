@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..harness import cpu_list
-from .base import Engine, ServerSpec, first_match, flags_from_args, register
+from .base import Engine, ServerSpec, first_match, flags_from_args, launch_argv, lora_argv, register
 
 
 @register
@@ -46,30 +46,9 @@ class VLLM(Engine):
         return sample["labels"].get("running_lora_adapters", ""), sample["labels"].get("waiting_lora_adapters", "")
 
     def command(self, spec: ServerSpec, host: str, port: int) -> list[str]:
-        argv = [
-            spec.python,
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            spec.model_path,
-            "--served-model-name",
-            spec.served_name,
-            "--host",
-            host,
-            "--port",
-            str(port),
-        ]
-        if spec.lora:
-            argv.append("--enable-lora")
-            if spec.max_loras is not None:
-                argv += ["--max-loras", str(spec.max_loras)]
-            if spec.max_cpu_loras is not None:
-                argv += ["--max-cpu-loras", str(spec.max_cpu_loras)]
-            if spec.max_lora_rank is not None:
-                argv += ["--max-lora-rank", str(spec.max_lora_rank)]
-            if spec.adapters:
-                argv += ["--lora-modules", *(f"{n}={p}" for n, p in sorted(spec.adapters.items()))]
-        return argv + flags_from_args(spec.args)
+        argv = launch_argv(spec, "vllm.entrypoints.openai.api_server", "--model", host, port)
+        lora = {"max_loras": "--max-loras", "max_cpu_loras": "--max-cpu-loras", "max_lora_rank": "--max-lora-rank"}
+        return argv + lora_argv(spec, lora, "--lora-modules") + flags_from_args(spec.args)
 
     def environment(self, spec: ServerSpec) -> dict[str, str]:
         env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
