@@ -9,6 +9,7 @@ from pathlib import Path
 from lorabench import plots, queues
 from lorabench.claims import Context, Verdict, evaluate, load_claims
 from lorabench.io import read_json, write_json, write_jsonl
+from lorabench.records import ServerFacts
 
 from .conftest import FIXTURES, ROOT
 
@@ -129,7 +130,7 @@ def test_no_smaller_batch_contradicts(tmp_path):
 def test_warm_up_samples_used_only_when_measurements_were_idle(tmp_path):
     rows, facts = _server("lora-2", 2, [2.0])
     rows = [r for r in rows if r["measurement_id"].startswith("warmup") or r["name"].endswith("lora_requests_info")]
-    s = queues.server_queues(rows, facts, CONDITIONS)
+    s = queues.server_queues(rows, ServerFacts.from_json(facts), CONDITIONS)
     (abc,) = [c for c in s["cells"] if c.condition == "abc"]
     assert abc.source == "warm-up bursts" and abc.in_flight.batch_median == 3.0
     assert queues.QueueCell.from_json(abc.to_json()) == abc  # the cell queues.json holds reads back as it was

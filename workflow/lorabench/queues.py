@@ -24,6 +24,7 @@ from typing import Any
 
 from .engines import get_engine
 from .io import read_json, read_jsonl, write_json
+from .records import ServerFacts
 from .stats import MedianInterval
 
 SERIES = ("running", "waiting", "deferred")
@@ -79,7 +80,9 @@ class InFlight:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> InFlight:
-        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+        keys = cls.__dataclass_fields__
+        return cls(int(d["measurements"]), int(d["measurements_in_flight"]), int(d["busy_samples"]),
+                   *(d.get(k) for k in list(keys)[3:]))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,7 @@ class TtftTail:
     def from_json(cls, d: dict[str, Any]) -> TtftTail | None:
         if "ttft_requests" not in d:
             return None
-        return cls(**{k: d.get(f"ttft_{k}") for k in cls.__dataclass_fields__})
+        return cls(int(d["ttft_requests"]), *(d.get(f"ttft_{k}") for k in list(cls.__dataclass_fields__)[1:]))
 
 
 @dataclass(frozen=True)
@@ -242,27 +245,27 @@ def _traces(measured: dict[str, list[dict]]) -> list[list[list[float]]]:
 
 def server_queues(
     rows: list[dict[str, Any]],
-    facts: dict[str, Any],
+    facts: ServerFacts,
     conditions: dict[str, Any],
     records: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """One server's queue figures per condition and burst (from its metrics.jsonl rows and facts.json), with the
     TTFT tail of its measured requests (records.jsonl) and the running adapter sets the engine listed: the server's
     head with its ``cells`` (QueueCell)."""
-    cfg = facts.get("config") or {}
+    cfg = facts.config
     cells: list[QueueCell] = []
     head: dict[str, Any] = {
-        "server": facts.get("server"),
-        "engine": facts.get("engine"),
-        "status": facts.get("status"),
+        "server": facts.server,
+        "engine": facts.engine,
+        "status": facts.status,
         "lora": cfg.get("lora"),
         "max_loras": cfg.get("max_loras"),
-        "metrics": (facts.get("harness") or {}).get("metrics"),  # when the harness scraped: during, between, off
+        "metrics": (facts.harness or {}).get("metrics"),  # when the harness scraped: during, between, off
         "cells": cells,
     }
-    if facts.get("status") != "ok":
+    if not facts.ok:
         return head
-    engine = get_engine(facts["engine"])
+    engine = get_engine(facts.engine)
     names = engine.metric_names
     has_deferred = "deferred" in names.values()
     head["reports"] = [s for s in SERIES if s in names.values()]
@@ -312,8 +315,8 @@ def aggregate(
     servers = []
     recs = sorted(record_files) if record_files else [None] * len(metric_files)
     for mf, ff, rf in zip(sorted(metric_files), sorted(fact_files), recs, strict=True):
-        facts = read_json(ff)
-        ok = facts.get("status") == "ok"
+        facts = ServerFacts.from_json(read_json(ff))
+        ok = facts.ok
         rows = list(read_jsonl(mf)) if ok else []
         records = list(read_jsonl(rf)) if ok and rf else []
         servers.append(server_queues(rows, facts, conditions, records))

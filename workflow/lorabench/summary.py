@@ -33,6 +33,7 @@ from .records import (
     EngineSide,
     GpuState,
     RatioSpan,
+    ServerFacts,
     Spread,
     Telemetry,
 )
@@ -458,14 +459,15 @@ def engine_comparison(rows: list[dict[str, Any]]) -> list[EngineComparison]:
     return out
 
 
-def paired_comparisons(rows: list[dict[str, Any]], facts: dict[str, dict[str, Any]]) -> list[Comparison]:
+def paired_comparisons(rows: list[dict[str, Any]], facts: Mapping[str, ServerFacts]) -> list[Comparison]:
     """Every comparison within a server job (method v2): each condition against the server's reference condition
     at the same burst size, paired per cycle (stats.ratio_span), with its interval's half-width in points and
     whether it met the job's ``target_points``. Older studies' jobs (no cycles) pair measurements by time."""
     out = []
     by_cell = {(r["server"], r["condition"], r["burst"]): r for r in rows if r.get("status") == "ok"}
     for (server, cond, burst), num in sorted(by_cell.items()):
-        cfg = facts.get(server, {}).get("config") or {}
+        fact = facts.get(server)
+        cfg = fact.config if fact else {}
         ref = (cfg.get("references") or {}).get(cond) or cfg.get("reference") or (cfg.get("conditions") or [None])[0]
         den = by_cell.get((server, ref, burst))
         if not ref or cond == ref or den is None:
@@ -480,7 +482,7 @@ def paired_comparisons(rows: list[dict[str, Any]], facts: dict[str, dict[str, An
                 server=server, engine=num.get("engine"), burst=burst, condition=cond, reference=ref,
                 workload=num.get("workload"), ratio=ratio, pairs=n,
                 paired_by="cycle" if paired else ("time" if n else "unpaired"),
-                target_points=(facts.get(server, {}).get("measurement") or {}).get("target_points"),
+                target_points=((fact.measurement if fact else None) or {}).get("target_points"),
                 bound=num.get("throughput_bound") or den.get("throughput_bound") or "",
             )
         )  # fmt: skip
@@ -504,17 +506,17 @@ def burst_scaling(rows: list[dict[str, Any]]) -> list[BurstScaling]:
     return out
 
 
-def _cell_rows(facts: dict[str, dict[str, Any]], mdf: pd.DataFrame, conditions: dict[str, Any]) -> pd.DataFrame:
+def _cell_rows(facts: Mapping[str, ServerFacts], mdf: pd.DataFrame, conditions: dict[str, Any]) -> pd.DataFrame:
     """One row per server x condition x burst that the servers' configs list, with its statistics where it was
     measured (summarize_cell) and a status that says why where it was not."""
     rows: list[dict[str, Any]] = []
     for server, fact in sorted(facts.items()):
-        cfg = fact.get("config", {})
+        cfg = fact.config
         base = {
             "server": server,
-            "engine": fact.get("engine"),
-            "engine_version": fact.get("engine_version"),
-            "status": fact.get("status", "ok"),
+            "engine": fact.engine,
+            "engine_version": fact.engine_version,
+            "status": fact.status,
             **{k: cfg.get(k) for k in SERVER_KEYS},
         }
         for cond in cfg.get("conditions", []):
@@ -531,7 +533,7 @@ def _cell_rows(facts: dict[str, dict[str, Any]], mdf: pd.DataFrame, conditions: 
                     measured = sel[~sel["warmup"].astype(bool)]
                     warm = sel[sel["warmup"].astype(bool)]
                     if len(measured):
-                        how = fact.get("measurement") or {}
+                        how = fact.measurement or {}
                         slow = float(how.get("outlier_fraction") or 0.75)
                         cell.update(summarize_cell(measured, warm, how.get("target_ci_pct"), slow).to_json())
                         cell["warmup_throughput"] = float(warm["throughput_tok_s"].median()) if len(warm) else None
@@ -557,40 +559,36 @@ def _baseline_ratios(sdf: pd.DataFrame, baseline: dict[str, Any] | None) -> None
             sdf.loc[same, "baseline"] = f"{baseline['server']}/{baseline['condition']}"
 
 
-def _gpu_used(f: dict[str, Any], key: str) -> Any:
-    g = f.get(key)
-    return sum(x["used_mib"] for x in g) if g else None
-
-
-def _fact_row(server: str, f: dict[str, Any]) -> dict[str, Any]:
+def _fact_row(server: str, f: ServerFacts) -> dict[str, Any]:
     """One server's facts as a table row: settings, readiness, what its log says, memory, where its time went."""
-    lg = f.get("log", {})
-    probes = f.get("probes", {})
-    machine = f.get("machine") or {}
+    lg = f.log or {}
+    probes = f.probes or {}
+    machine = f.machine or {}
+    memory = f.memory or {}
     return {
         "server": server,
-        "engine": f.get("engine"),
-        "engine_version": f.get("engine_version"),
-        "status": f.get("status", "ok"),
-        **{k: f.get("config", {}).get(k) for k in SERVER_KEYS},
-        "readiness_s": f.get("readiness_s"),
+        "engine": f.engine,
+        "engine_version": f.engine_version,
+        "status": f.status,
+        **{k: f.config.get(k) for k in SERVER_KEYS},
+        "readiness_s": f.readiness_s,
         "kv_cache_tokens": lg.get("kv_cache_tokens"),
         "max_concurrency_x": lg.get("max_concurrency_x"),
         "cuda_graph_captures": lg.get("cuda_graph_captures"),
         "attention_backend": lg.get("attention_backend"),
         "torch_compile_s": lg.get("torch_compile_s"),
         "compile_cache": lg.get("compile_cache"),
-        "readiness_starts_s": ";".join(f"{x:.1f}" for x in f.get("readiness_starts_s") or []) or None,
+        "readiness_starts_s": ";".join(f"{x:.1f}" for x in f.readiness_starts_s or []) or None,
         "engine_init_s": lg.get("engine_init_s"),
-        "gpu_mem_ready_mib": _gpu_used(f, "gpu_memory_ready_mib"),
+        "gpu_mem_ready_mib": f.gpu_used_mib("gpu_memory_ready_mib"),
         "gpu_mem_peak_mib": sum((probes.get("gpu_memory_peak_mib") or {}).values()) or None,
-        "gpu_mem_after_stop_mib": _gpu_used(f, "gpu_memory_after_stop_mib"),
-        "host_rss_ready_mib": f.get("host_rss_ready_mib"),
-        "host_rss_end_mib": f.get("host_rss_end_mib"),
+        "gpu_mem_after_stop_mib": f.gpu_used_mib("gpu_memory_after_stop_mib"),
+        "host_rss_ready_mib": memory.get("host_rss_ready_mib"),
+        "host_rss_end_mib": memory.get("host_rss_end_mib"),
         "hardware": machine.get("hardware"),
         "device": (machine.get("gpus") or [{}])[0].get("name") or machine.get("cpu"),
-        "models_listed_ok": models_listed_ok(probes, list((f.get("config") or {}).get("adapters") or [])),
-        **{f"time_{k}": v for k, v in (f.get("timing") or {}).items()},
+        "models_listed_ok": models_listed_ok(probes, list(f.config.get("adapters") or [])),
+        **{f"time_{k}": v for k, v in (f.timing or {}).items()},
         "wrong_model_status": probes.get("wrong_model_status"),
     }
 
@@ -626,7 +624,7 @@ def aggregate(
     """The study's tables from its server jobs: every measurement (measurements.csv), one row per cell with its
     statistics and ratios (summary.csv), one row per server's facts (server_facts.csv), and all of it with the
     runtime-loading results and environments in summary.json."""
-    facts = {Path(f).parent.name: read_json(f) for f in fact_files}
+    facts = {Path(f).parent.name: ServerFacts.from_json(read_json(f)) for f in fact_files}
     mdf = pd.DataFrame([_flatten(m) for f in measurement_files for m in read_jsonl(f)])
     Path(out["measurements"]).parent.mkdir(parents=True, exist_ok=True)
     mdf.to_csv(out["measurements"], index=False)
@@ -640,7 +638,7 @@ def aggregate(
     runtime = [_runtime_result(read_json(f)) for f in runtime_files]
     prefix = [read_json(f) for f in prefix_files or []]
     envs = [read_json(f) for f in env_files]
-    hardware = next((f.get("machine", {}).get("hardware") for f in facts.values() if f.get("machine")), None)
+    hardware = next((f.machine.get("hardware") for f in facts.values() if f.machine), None)
     records = [_record(r) for r in sdf.to_dict("records")]
     summary = {
         "schema": SUMMARY_SCHEMA,
@@ -650,14 +648,14 @@ def aggregate(
         "per_adapter": [
             {"server": server, **row, "workload": workload_of(conditions.get(row["condition"]) or {})}
             for server, f in sorted(facts.items())
-            for row in (f.get("per_adapter") or [])
+            for row in (f.per_adapter or [])
         ],
         "engine_comparison": [c.to_json() for c in engine_comparison(records)],
         "comparisons": [c.to_json() for c in paired_comparisons(records, facts)],
         "burst_scaling": [c.to_json() for c in burst_scaling(records)],
         "phases": phase_costs(records, facts),
         "facts": [_record(r) for r in fdf.to_dict("records")],
-        "server_facts_raw": facts,
+        "server_facts_raw": {server: f.to_json() for server, f in facts.items()},
         "runtime": runtime,
         "prefix_cache": prefix,
         "envs": envs,
