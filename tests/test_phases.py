@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from lorabench.facts import ServerFacts
 from lorabench.phases import phase_costs, workload_rows
-from lorabench.records import ServerFacts
 from lorabench.stats import by_time
 
 from .conftest import ROOT

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from lorabench import plots, queues
 from lorabench.claims import Context, Verdict, evaluate, load_claims
+from lorabench.facts import ServerFacts
 from lorabench.io import read_json, write_json, write_jsonl
-from lorabench.records import ServerFacts
 
 from .conftest import FIXTURES, ROOT
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from .facts import ServerFacts
 from .io import write_json, write_jsonl
 from .job import JobInputs, ServerJob, read_inputs
-from .records import ServerFacts
 from .resources import machine_facts
 from .session import ServerSession
 

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from .records import ServerFacts
+from .facts import ServerFacts
 from .stats import paired_ratios, ratio_span
 
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from .engines import get_engine
+from .facts import ServerFacts
 from .io import read_json, read_jsonl, write_json
-from .records import ServerFacts
 from .stats import MedianInterval
 
 SERIES = ("running", "waiting", "deferred")

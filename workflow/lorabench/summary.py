@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from .engines.base import models_listed_ok, server_columns
+from .facts import ServerFacts
 from .io import read_json, read_jsonl, write_json
 from .job import RuntimeLoad
 from .loadgen.traffic import workload_of
@@ -33,7 +34,6 @@ from .records import (
     EngineSide,
     GpuState,
     RatioSpan,
-    ServerFacts,
     Spread,
     Telemetry,
 )
