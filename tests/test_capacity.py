@@ -151,6 +151,7 @@ def test_the_report_shows_the_capacity_section_with_its_plots_beside_it(study, t
 
     from lorabench.claims import evaluate_file
     from lorabench.report import render_report
+    from lorabench.report_model import ReportInputs
 
     from .conftest import FIXTURES
 
@@ -165,9 +166,9 @@ def test_the_report_shows_the_capacity_section_with_its_plots_beside_it(study, t
                   str(verdicts), str(ROOT / "config/models/qwen3-1.7b.json"))  # fmt: skip
     html = tmp_path / "report" / "index.html"
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
-    render_report("fixture", config, str(run / "summary.json"), str(verdicts), str(run / "model.json"), adapters, [],
-                  html, tmp_path / "report/provenance.json", ROOT / "report/templates", ROOT,
-                  capacity_path=str(cap_dir / "capacity.json"))  # fmt: skip
+    inputs = ReportInputs.read("fixture", config, str(run / "summary.json"), str(verdicts), str(run / "model.json"),
+                               adapters, [], capacity_path=str(cap_dir / "capacity.json"))  # fmt: skip
+    render_report(inputs, html, tmp_path / "report/provenance.json", ROOT / "report/templates", ROOT)
     text = html.read_text()
     assert 'id="capacity"' in text and 'id="capacity-base-l2"' in text and "For mix base, off" in text
     assert 'src="capacity-capacity.png"' in text and (html.parent / "capacity-capacity.png").stat().st_size > 1000

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from lorabench.claims import Context, apply_rule, evaluate, load_claims
+from lorabench.claims import Context, Verdict, apply_rule, evaluate, load_claims
 from lorabench.engines.base import models_listed_ok
 from lorabench.io import read_json
 
@@ -26,8 +26,8 @@ def ctx() -> Context:
 
 
 @pytest.fixture(scope="module")
-def results(ctx: Context) -> dict[str, dict]:
-    return {r["id"]: r for r in evaluate(load_claims(ROOT / "config" / "claims.yaml"), ctx)}
+def results(ctx: Context) -> dict[str, Verdict]:
+    return {r.id: r for r in evaluate(load_claims(ROOT / "config" / "claims.yaml"), ctx)}
 
 
 def test_registry_is_complete_and_unique():
@@ -69,44 +69,44 @@ NOT_COMPARABLE_BECAUSE = ("claim measured on a GPU", "claim's model has", "exter
 
 def test_every_claim_gets_its_verdict_on_the_cpu_run(results):
     assert set(VERDICT_ON_CPU_RUN) <= set(results), set(VERDICT_ON_CPU_RUN) - set(results)
-    verdicts = {i: r["verdict"] for i, r in results.items()}
+    verdicts = {i: r.verdict for i, r in results.items()}
     assert verdicts == {i: VERDICT_ON_CPU_RUN.get(i, "not comparable") for i in results}
     for r in results.values():
-        if r["verdict"] == "not comparable":
-            assert r["why"].startswith(NOT_COMPARABLE_BECAUSE), r
+        if r.verdict == "not comparable":
+            assert r.why.startswith(NOT_COMPARABLE_BECAUSE), r
 
 
 def test_gpu_figures_on_cpu_are_not_comparable_with_our_figure_shown(results):
     # The source's one-adapter cost on the GPU (section 3, burst 48): a ratio this CPU run also measures.
     r = results["s3-b48-adapter-a"]
-    assert r["measure"]["kind"] == "ratio"
-    assert r["verdict"] == "not comparable"
-    assert "this run: CPU" in r["why"] and "For reference" in r["why"]
-    assert r["measured"] is not None
+    assert r.measure["kind"] == "ratio"
+    assert r.verdict == "not comparable"
+    assert "this run: CPU" in r.why and "For reference" in r.why
+    assert r.measured is not None
 
 
 def test_sglang_claims_not_run_on_cpu(results):
-    sgl = [r for r in results.values() if r["id"].startswith("s41-sgl")]
-    assert sgl and all(r["verdict"] == "not run" for r in sgl)
-    assert any("needs a GPU" in r["why"] for r in sgl)
+    sgl = [r for r in results.values() if r.id.startswith("s41-sgl")]
+    assert sgl and all(r.verdict == "not run" for r in sgl)
+    assert any("needs a GPU" in r.why for r in sgl)
 
 
 def test_rank_inconsistency_resolved_by_computation(results):
-    assert results["s2-adapter-rank-8"]["verdict"] == "reproduced"
-    assert results["s41-adapter-rank-16"]["verdict"] == "contradicted"
-    assert "6,422,528" in results["s41-adapter-rank-16"]["why"]
+    assert results["s2-adapter-rank-8"].verdict == "reproduced"
+    assert results["s41-adapter-rank-16"].verdict == "contradicted"
+    assert "6,422,528" in results["s41-adapter-rank-16"].why
 
 
 def test_operational_claims_from_real_probes(results):
-    assert results["op-wrong-model-rejected"]["verdict"] == "reproduced"
-    assert results["op-models-listed"]["verdict"] == "reproduced"
-    assert results["op-max-cpu-loras-at-least-max-loras"]["verdict"] == "reproduced"
-    assert "max_cpu_loras (1) must be >= max_loras (2)" in results["op-max-cpu-loras-at-least-max-loras"]["why"]
+    assert results["op-wrong-model-rejected"].verdict == "reproduced"
+    assert results["op-models-listed"].verdict == "reproduced"
+    assert results["op-max-cpu-loras-at-least-max-loras"].verdict == "reproduced"
+    assert "max_cpu_loras (1) must be >= max_loras (2)" in results["op-max-cpu-loras-at-least-max-loras"].why
 
 
 def test_adapter_share_on_the_tiny_model_is_not_comparable(results, ctx):
     r = results["s2-adapter-trainable-params"]
-    assert r["verdict"] == "not comparable" and r["measured"] == ctx.adapters[0]["trainable_parameters"]
+    assert r.verdict == "not comparable" and r.measured == ctx.adapters[0]["trainable_parameters"]
 
 
 def test_comparable_run_gets_a_real_verdict(ctx):
@@ -122,7 +122,7 @@ def test_comparable_run_gets_a_real_verdict(ctx):
         and c["scope"].get("model_params") in (None, 1_720_574_976)
     ]
     out = evaluate(claims, gpu)
-    assert {r["verdict"] for r in out} <= {"reproduced", "direction only", "contradicted", "not run"}
+    assert {r.verdict for r in out} <= {"reproduced", "direction only", "contradicted", "not run"}
 
 
 @pytest.mark.parametrize(
@@ -163,15 +163,13 @@ def test_claims_about_one_engine_are_judged_on_that_engines_jobs_only():
         read_json(ROOT / "config" / "models" / "qwen3-1.7b.json"),
     )
     ids = ("op-models-listed", "s5-runtime-load-time", "s5-readiness-lora-slower", "s3rep-first-run-warmup")
-    got = {
-        r["id"]: r for r in evaluate([c for c in load_claims(ROOT / "config" / "claims.yaml") if c["id"] in ids], two)
-    }
+    got = {r.id: r for r in evaluate([c for c in load_claims(ROOT / "config" / "claims.yaml") if c["id"] in ids], two)}
     listed = got["op-models-listed"]
-    assert listed["verdict"] == "reproduced" and listed["evidence"] == ["server:vllm-lora-2", "server:vllm-lora-off"]
+    assert listed.verdict == "reproduced" and listed.evidence == ["server:vllm-lora-2", "server:vllm-lora-off"]
     vllm_load = next(r for r in two.runtime_all if r["engine"] == "vllm")
-    assert got["s5-runtime-load-time"]["measured"] == vllm_load["load_s_median"]
-    assert "off 87.6 s" in got["s5-readiness-lora-slower"]["why"]  # vllm-lora-off's readiness, not SGLang's
-    assert all(e.startswith("vllm-") for e in got["s3rep-first-run-warmup"]["evidence"])
+    assert got["s5-runtime-load-time"].measured == vllm_load["load_s_median"]
+    assert "off 87.6 s" in got["s5-readiness-lora-slower"].why  # vllm-lora-off's readiness, not SGLang's
+    assert all(e.startswith("vllm-") for e in got["s3rep-first-run-warmup"].evidence)
     # SGLang's own listing holds too: every adapter under its own name, and the base model
     sgl = two.raw_facts["sglang-lora-4"]
     assert sgl["probes"]["models_listed"] == ["a", "b", "c", "qwen3-1.7b-synthetic"]

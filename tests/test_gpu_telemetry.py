@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from lorabench.records import CellSummary
 from lorabench.report_model import findings, stability
 from lorabench.resources import GpuTelemetry, summarize_gpu_samples
 from lorabench.summary import _flatten, summarize_cell
@@ -48,16 +49,18 @@ def test_cell_reports_clock_and_its_correlation_with_throughput():
     ms = measured_cell(MEASURED)
     ms["m_gpu_sm_mhz_mean"] = [1500.0, 1600.0, 1700.0, 1800.0]
     ms["m_gpu_power_w_mean"] = 300.0
-    row = summarize_cell(ms)
+    cell = summarize_cell(ms)
+    assert CellSummary.from_json(cell.to_json()) == cell  # the row reads back as the record it was written from
+    row = cell.to_json()
     assert row["gpu_sm_mhz_median"] == 1650.0 and row["gpu_sm_mhz_throughput_corr"] > 0.5
-    assert "gpu_sm_mhz_median" not in summarize_cell(ms.drop(columns=["m_gpu_sm_mhz_mean"]))
+    assert summarize_cell(ms.drop(columns=["m_gpu_sm_mhz_mean"])).gpu is None
 
 
 def test_a_wide_cell_says_why_from_its_own_measurements():
     # A committed SGLang cell of the H200 (14 measurements, never within ±3 %): measurements differ as a whole
     # while the bursts inside each agree, and throughput moves with the GPU's busy share.
     ms = measured_cell(SGLANG, condition="base", burst=3, n=14)
-    row = summarize_cell(ms, target_pct=3.0)
+    row = summarize_cell(ms, target_pct=3.0).to_json()
     assert row["reached_target"] is False and row["spread_kind"] == "measurements"
     assert row["between_sd_pct"] > 2 * row["burst_sd_pct"] > 0
     assert row["spread_reason"].startswith("whole measurements differ (±")
@@ -66,10 +69,10 @@ def test_a_wide_cell_says_why_from_its_own_measurements():
     # each measurement with where it was taken (server start, order), for comparisons within the job
     assert len(row["throughput_by_time"].split()) == 14 and row["throughput_by_time"].startswith("0.")
     # eight measurements: their interval is the whole range, and the reason says so
-    few = summarize_cell(ms.iloc[:8], target_pct=0.5)
+    few = summarize_cell(ms.iloc[:8], target_pct=0.5).to_json()
     assert few["spread_reason"].startswith("only 8 measurements, so the 95 % interval is their whole range")
     # a cell within its target has no reason
-    assert summarize_cell(ms, target_pct=50.0)["spread_reason"] is None
+    assert summarize_cell(ms, target_pct=50.0).spread.reason is None
 
 
 def test_stability_finding_groups_the_cells_by_the_kind_of_spread():

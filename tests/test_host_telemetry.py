@@ -118,7 +118,7 @@ def test_cell_reports_what_moves_with_throughput():
     ms = measured_cell(MEASURED)
     ms["m_engine_top_thread_pct"] = [99.0, 90.0, 80.0, 70.0]
     ms["m_host_steal_pct"] = 0.0
-    row = summarize_cell(ms)
+    row = summarize_cell(ms).to_json()
     assert row["engine_top_thread_pct_median"] == 85.0 and row["engine_top_thread_pct_throughput_corr"] < -0.5
     assert row["host_steal_pct_median"] == 0.0 and row["host_steal_pct_throughput_corr"] is None
     # the GPU's busy share was recorded on the H200 (GpuTelemetry); it rose and fell with throughput there
@@ -127,11 +127,11 @@ def test_cell_reports_what_moves_with_throughput():
     # a cell that misses its target, whose engine thread kept a CPU full throughout, is said to be bound by it
     ms["m_engine_top_thread_pct"] = [99.5, 100.2, 99.8, 100.0]
     ms["m_engine_top_thread"] = "sglang::schedul"
-    bound = summarize_cell(ms, target_pct=0.1)
+    bound = summarize_cell(ms, target_pct=0.1).to_json()
     assert bound["engine_top_thread_pct_min"] == 99.5 and bound["engine_top_thread"] == "sglang::schedul"
     assert "the engine's busiest thread (sglang::schedul) kept one CPU full" in bound["spread_reason"]
     ms["m_engine_top_thread_pct"] = [99.5, 100.2, 60.0, 100.0]  # not in every measurement
-    assert "kept one CPU full" not in summarize_cell(ms, target_pct=0.1)["spread_reason"]
+    assert "kept one CPU full" not in summarize_cell(ms, target_pct=0.1).to_json()["spread_reason"]
 
 
 def _slow_states():

@@ -14,6 +14,7 @@ import pytest
 import lorabench.session as session_module
 from lorabench.engines import ServerSettings, ServerSpec
 from lorabench.engines import base as engines_base
+from lorabench.engines.vllm import VLLM
 from lorabench.io import read_json, read_jsonl, write_json
 from lorabench.job import JobInputs, PrefixCache, RuntimeLoad, ServerJob
 from lorabench.jobs import JobKind, run_job
@@ -29,22 +30,15 @@ from .conftest import ROOT
 FAKE_SERVER = ROOT / "tests" / "support" / "fake_server.py"
 
 
-class Toy(engines_base.Engine):
-    """The fault-injection server (run as a script) behind the Engine interface."""
+class Toy(VLLM):
+    """The fault-injection server (run as a script) behind vLLM's interface: its requests, adapter loading and
+    metric names are vLLM's, its command runs the script."""
 
     name = "toy"
+    server_markers = ()
 
     def command(self, spec: ServerSpec, host: str, port: int) -> list[str]:
         return [spec.python, str(FAKE_SERVER), "--host", host, "--port", str(port), *spec.args.get("fake", [])]
-
-    def request_model(self, spec: ServerSpec, adapter: str | None) -> str:
-        return spec.served_name if adapter in (None, "base") else adapter
-
-    def load_adapter_request(self, name: str, path: str) -> tuple[str, dict[str, Any]]:
-        return "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}
-
-    def unload_adapter_request(self, name: str) -> tuple[str, dict[str, Any]]:
-        return "/v1/unload_lora_adapter", {"lora_name": name}
 
     def version_code(self) -> str:
         return "print('1.0')"

@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 import yaml
 
+from lorabench.claims import Verdict
 from lorabench.config import ConfigError
 from lorabench.loadgen.workload import build_request_set
 
@@ -108,7 +109,7 @@ def _row(server: str, cond: str, n: int, med: float, lo: float, hi: float, cache
     }
 
 
-def _scaling_verdict(rows: list[dict]) -> dict:
+def _scaling_verdict(rows: list[dict]) -> Verdict:
     from lorabench.claims import Context, evaluate, load_claims
 
     conds = {
@@ -125,13 +126,13 @@ def _scaling_verdict(rows: list[dict]) -> dict:
 def test_slora_claim_judged_from_adapter_counts():
     flat = [_row("s", "n4-uniform", 4, 1000, 990, 1010), _row("s", "n16-uniform", 16, 960, 950, 970)]
     r = _scaling_verdict(flat)
-    assert r["verdict"] == "reproduced" and abs(r["measured"] - -4.0) < 1e-9
-    assert "16 adapters" in r["why"] and "4 adapters" in r["why"]
+    assert r.verdict == "reproduced" and abs(r.measured - -4.0) < 1e-9
+    assert "16 adapters" in r.why and "4 adapters" in r.why
     cliff = [_row("s", "n4-uniform", 4, 1000, 990, 1010), _row("s", "n16-uniform", 16, 500, 490, 510)]
-    assert _scaling_verdict(cliff)["verdict"] == "contradicted"
+    assert _scaling_verdict(cliff).verdict == "contradicted"
     noisy = [_row("s", "n4-uniform", 4, 1000, 700, 1300), _row("s", "n16-uniform", 16, 700, 600, 1000)]
-    assert _scaling_verdict(noisy)["verdict"] == "inconclusive"  # -30 % median, but the span covers the claim
-    assert _scaling_verdict([_row("s", "n16-zipf", 16, 1, 1, 1)])["verdict"] == "not run"
+    assert _scaling_verdict(noisy).verdict == "inconclusive"  # -30 % median, but the span covers the claim
+    assert _scaling_verdict([_row("s", "n16-zipf", 16, 1, 1, 1)]).verdict == "not run"
 
 
 def test_many_adapter_rows_and_plot(tmp_path):

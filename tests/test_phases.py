@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from lorabench.facts import ServerFacts
 from lorabench.phases import phase_costs, workload_rows
 from lorabench.stats import by_time
 
@@ -20,8 +21,8 @@ def cell(cond: str, workload: str, ttft: list[float], itl: list[float]) -> dict:
     }  # fmt: skip
 
 
-FACTS = {"s": {"config": {"conditions": ["base", "a", "base-long", "a-long"], "reference": "base",
-                          "references": {"base-long": "base-long", "a-long": "base-long"}}}}  # fmt: skip
+FACTS = {"s": ServerFacts("s", "vllm", None, "ok", {"conditions": ["base", "a", "base-long", "a-long"],
+          "reference": "base", "references": {"base-long": "base-long", "a-long": "base-long"}})}  # fmt: skip
 
 
 def test_each_mix_against_the_reference_of_its_own_workload():

@@ -7,7 +7,8 @@ import copy
 from pathlib import Path
 
 from lorabench import plots, queues
-from lorabench.claims import Context, evaluate, load_claims
+from lorabench.claims import Context, Verdict, evaluate, load_claims
+from lorabench.facts import ServerFacts
 from lorabench.io import read_json, write_json, write_jsonl
 
 from .conftest import FIXTURES, ROOT
@@ -101,40 +102,41 @@ def test_cliff_smaller_batch_reproduces_the_claim(tmp_path):
     assert (c["condition"], c["burst"], c["finding"]) == ("abc", 8, "smaller batch")
     assert "2 slots" in queues.cliff_sentence(c) and "beyond both intervals" in queues.cliff_sentence(c)
     r = _verdict(q)
-    assert r["verdict"] == "reproduced" and r["evidence"]
+    assert r.verdict == "reproduced" and r.evidence
 
 
 def test_cliff_overlap_or_too_few_samples_is_inconclusive_and_never_sampled_is_not_run(tmp_path):
     q = _queues(tmp_path, [6.0, 6.0, 6.0], [7.0, 7.0, 7.0], jitter=1.0)  # per-measurement batches 6-8 vs 7-9
     assert q["cliffs"][0]["finding"] == "overlap"
-    assert _verdict(q)["verdict"] == "inconclusive"
+    assert _verdict(q).verdict == "inconclusive"
     q2 = _queues(tmp_path, [2.0], [8.0], reps=2)  # scraped during the measurements, but only two of them
     assert q2["cliffs"][0]["finding"] == "too few samples"
     r = _verdict(q2)
-    assert r["verdict"] == "inconclusive" and "answered after them" in r["why"]
+    assert r.verdict == "inconclusive" and "answered after them" in r.why
     # scraped between bursts only (harness.metrics: between): the warm-up bursts alone were sampled in flight
     c = {**q2["cliffs"][0]}
     c["few"] = {**c["few"], "metrics": "between"}
     assert "set harness.metrics: during" in queues.cliff_sentence(c)
     r = _verdict({**q2, "cliffs": [c]})
-    assert r["verdict"] == "not run" and "set harness.metrics: during" in r["why"]
+    assert r.verdict == "not run" and "set harness.metrics: during" in r.why
 
 
 def test_no_smaller_batch_contradicts(tmp_path):
     q = _queues(tmp_path, [8.0, 8.0, 8.0], [4.0, 4.0, 4.0])
     assert q["cliffs"][0]["finding"] == "no smaller batch"
-    assert _verdict(q)["verdict"] == "contradicted"
+    assert _verdict(q).verdict == "contradicted"
 
 
 def test_warm_up_samples_used_only_when_measurements_were_idle(tmp_path):
     rows, facts = _server("lora-2", 2, [2.0])
     rows = [r for r in rows if r["measurement_id"].startswith("warmup") or r["name"].endswith("lora_requests_info")]
-    s = queues.server_queues(rows, facts, CONDITIONS)
-    (abc,) = [c for c in s["cells"] if c["condition"] == "abc"]
-    assert abc["source"] == "warm-up bursts" and abc["batch_median"] == 3.0
+    s = queues.server_queues(rows, ServerFacts.from_json(facts), CONDITIONS)
+    (abc,) = [c for c in s["cells"] if c.condition == "abc"]
+    assert abc.source == "warm-up bursts" and abc.in_flight.batch_median == 3.0
+    assert queues.QueueCell.from_json(abc.to_json()) == abc  # the cell queues.json holds reads back as it was
 
 
-def _verdict(q: dict) -> dict:
+def _verdict(q: dict) -> Verdict:
     run = FIXTURES / "cpu-run"
     ctx = Context(
         read_json(run / "summary.json"),

@@ -66,4 +66,4 @@ def test_rank_claim_needs_its_whole_span_below_zero(r64, spread, verdict):
     ctx = Context({"rows": _rows(r64, spread), "facts": []}, {"parameters": 1000}, ADAPTERS, None, None)
     claims = [c for c in load_claims(ROOT / "config" / "claims.yaml") if c["id"] == "op-rank-changes-cost"]
     (r,) = evaluate(claims, ctx)
-    assert r["verdict"] == verdict, r["why"]
+    assert r.verdict == verdict, r.why

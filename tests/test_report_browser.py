@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from lorabench.report import render_report
+from lorabench.report_model import ReportInputs
 
 from .conftest import FIXTURES, ROOT
 
@@ -44,7 +45,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
         str(ROOT / "config" / "models" / "qwen3-1.7b.json"),
     )
     html = out / "index.html"
-    render_report(
+    inputs = ReportInputs.read(
         "fixture",
         yaml.safe_load((ROOT / "config" / "config.yaml").read_text()),
         str(RUN / "summary.json"),
@@ -52,6 +53,9 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
         str(RUN / "model.json"),
         adapters,
         [],
+    )
+    render_report(
+        inputs,
         html,
         out / "provenance.json",
         ROOT / "report" / "templates",

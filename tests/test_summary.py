@@ -21,7 +21,7 @@ RUN = FIXTURES / "cpu-run"
 def test_cell_statistics_match_the_recorded_measurements():
     ms = pd.DataFrame(list(read_jsonl(RUN / "measurements-lora-2.jsonl")))
     cell = ms[(ms["condition"] == "abc") & (ms["burst"] == 8) & (~ms["warmup"])]
-    row = summarize_cell(cell.assign(n_errors=cell["n_errors"]))
+    row = summarize_cell(cell.assign(n_errors=cell["n_errors"])).to_json()
     vals = sorted(cell["throughput_tok_s"])
     assert row["throughput_n"] == 5
     assert row["throughput_min"] == vals[0] and row["throughput_max"] == vals[-1]
@@ -44,7 +44,7 @@ def test_errors_are_counted_and_the_measurement_is_excluded_not_averaged():
     # Turn one real measurement into one with a failed request, as the client would report it.
     idx = cell.index[0]
     cell.loc[idx, "n_errors"] = 1
-    row = summarize_cell(cell)
+    row = summarize_cell(cell).to_json()
     assert row["measurements_with_errors"] == 1 and row["request_errors"] == 1
     assert row["throughput_n"] == 4
     assert row["values"][0] == round(float(cell.sort_values("order")["throughput_tok_s"].iloc[0]), 2)

@@ -79,6 +79,7 @@ def render_from_bundle(bundle: Path, out_dir: Path, checkout: Path) -> Path:
     """Re-render the report from the bundle alone (no server, no results folder), with the report templates of
     the lorabench ``checkout``."""
     from .report import render_report
+    from .report_model import ReportInputs
 
     problems = verify_bundle(bundle)
     if problems:
@@ -94,7 +95,7 @@ def render_from_bundle(bundle: Path, out_dir: Path, checkout: Path) -> Path:
         prov: dict[str, Any] = read_json(r / "results/report/provenance.json")
         out_dir.mkdir(parents=True, exist_ok=True)
         html = out_dir / "index.html"
-        render_report(
+        inputs = ReportInputs.read(
             study=root,
             config=prov["config"],
             summary_path=str(r / "results/summary/summary.json"),
@@ -102,9 +103,12 @@ def render_from_bundle(bundle: Path, out_dir: Path, checkout: Path) -> Path:
             model_path=str(r / "results/model/manifest.json"),
             adapter_paths=sorted(str(p) for p in (r / "results/adapters").glob("*.json")),
             env_paths=sorted(str(p) for p in (r / "results/envs").glob("*.json")),
+            queues_path=str(q) if (q := r / "results/queues/queues.json").exists() else None,
+        )
+        render_report(
+            inputs,
             out_html=html,
             out_provenance=out_dir / "provenance.json",
-            queues_path=str(q) if (q := r / "results/queues/queues.json").exists() else None,
             templates=checkout / "report" / "templates",
             checkout=checkout,
         )

@@ -22,7 +22,8 @@ import functools
 import logging
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,46 @@ def _throughput_span(num: dict[str, Any], den: dict[str, Any]) -> Span:
     """The span of num/den in percent (stats.ratio_span), or None where the cells have no intervals."""
     r = ratio_span(num, den)
     return (r[1], r[2]) if r and not math.isnan(r[1]) else None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One claim judged against this run (verdicts.json ``claims``): the registry's entry as it stands (statement,
+    claimed figure, measure, rule), what this run measured, the verdict (one of VERDICTS), why, and the evidence
+    (rows, servers or artifacts) it rests on. ``finding``: the report finding that carries it, if any."""
+
+    id: str
+    source: str
+    section: str
+    statement: str
+    claimed: dict[str, Any]
+    context: str | None
+    measure: dict[str, Any]
+    rule: dict[str, Any]
+    measured: Any  # a figure, a behaviour's answer (bool, text) or None
+    measured_text: str
+    claimed_text: str
+    rule_result: str | None
+    verdict: str
+    why: str
+    evidence: list[str]
+    finding: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "source": self.source, "section": self.section, "statement": self.statement,
+                "claimed": self.claimed, "context": self.context, "measure": self.measure, "rule": self.rule,
+                "measured": self.measured, "measured_text": self.measured_text, "claimed_text": self.claimed_text,
+                "rule_result": self.rule_result, "verdict": self.verdict, "why": self.why, "evidence": self.evidence,
+                **({"finding": self.finding} if self.finding else {})}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Verdict:
+        if d["verdict"] not in VERDICTS:
+            raise ValueError(f"claim {d['id']}: unknown verdict {d['verdict']!r}")
+        return cls(d["id"], d["source"], str(d["section"]), d["statement"], d["claimed"], d.get("context"),
+                   d["measure"], d["rule"], d.get("measured"), d["measured_text"], d["claimed_text"],
+                   d.get("rule_result"), d["verdict"], d["why"], list(d.get("evidence") or []),
+                   d.get("finding"))  # fmt: skip
 
 
 class Inconclusive(str):
@@ -579,7 +620,7 @@ def apply_rule(claim: dict[str, Any], value: Any) -> str:
     raise ValueError(f"claim {claim['id']}: unknown rule type {t!r}")
 
 
-def evaluate(claims: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]:
+def evaluate(claims: list[dict[str, Any]], ctx: Context) -> list[Verdict]:
     out = []
     for claim in claims:
         reason = comparability(claim, ctx)
@@ -628,24 +669,24 @@ def evaluate(claims: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]
                         f"runs from {span[0]:.1f}% to {span[1]:.1f}%, which includes it" + (f"; {note}" if note else "")
                     )
         out.append(
-            {
-                "id": claim["id"],
-                "source": claim["source"],
-                "section": str(claim["section"]),
-                "statement": claim["statement"],
-                "claimed": claim["claimed"],
-                "context": claim.get("context"),
-                "measure": claim["measure"],
-                "rule": claim["rule"],
-                "measured": value,
-                "measured_text": _fmt(value),
-                "claimed_text": _fmt_claim(claim["claimed"]),
-                "rule_result": rule_result,
-                "verdict": verdict,
-                "why": why,
-                "evidence": evidence,
-                **({"finding": claim["finding"]} if claim.get("finding") else {}),
-            }
+            Verdict(
+                id=claim["id"],
+                source=claim["source"],
+                section=str(claim["section"]),
+                statement=claim["statement"],
+                claimed=claim["claimed"],
+                context=claim.get("context"),
+                measure=claim["measure"],
+                rule=claim["rule"],
+                measured=value,
+                measured_text=_fmt(value),
+                claimed_text=_fmt_claim(claim["claimed"]),
+                rule_result=rule_result,
+                verdict=verdict,
+                why=why,
+                evidence=evidence,
+                finding=claim.get("finding") or None,
+            )
         )
     return out
 
@@ -680,13 +721,14 @@ def load_claims(path: str | Path) -> list[dict[str, Any]]:
     return claims
 
 
-def finding_links(claims: list[dict[str, Any]]) -> dict[str, list[str]]:
+def finding_links(claims: Iterable[dict[str, Any] | Verdict]) -> dict[str, list[str]]:
     """The claims each report finding carries, by the finding's key: every claim (registry entry or verdict) that
     names it under ``finding``, in registry order."""
     links: dict[str, list[str]] = {}
     for c in claims:
-        if c.get("finding"):
-            links.setdefault(c["finding"], []).append(c["id"])
+        finding, cid = (c.finding, c.id) if isinstance(c, Verdict) else (c.get("finding"), c["id"])
+        if finding:
+            links.setdefault(finding, []).append(cid)
     return links
 
 
@@ -699,15 +741,16 @@ def evaluate_file(
     reference_arch_path: str | None = None,
     queues_path: str | None = None,
     analogue_model: bool = False,
-) -> list[dict[str, Any]]:
+) -> list[Verdict]:
     ref = read_json(reference_arch_path) if reference_arch_path else None
     queues = read_json(queues_path) if queues_path else None
     adapters = [read_json(p) for p in adapter_paths]
     ctx = Context(read_json(summary_path), read_json(model_path), adapters, ref, queues, analogue_model)
     results = evaluate(load_claims(claims_path), ctx)
-    counts = {v: sum(r["verdict"] == v for r in results) for v in VERDICTS}
+    counts = {v: sum(r.verdict == v for r in results) for v in VERDICTS}
+    claims = [r.to_json() for r in results]
     write_json(
-        out_path, {"hardware": ctx.hardware, "model_params": ctx.model_params, "counts": counts, "claims": results}
+        out_path, {"hardware": ctx.hardware, "model_params": ctx.model_params, "counts": counts, "claims": claims}
     )
     log.info("claims: %s", ", ".join(f"{k} {v}" for k, v in counts.items()))
     return results

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from .facts import ServerFacts
 from .io import write_json, write_jsonl
 from .job import JobInputs, ServerJob, read_inputs
 from .resources import machine_facts
@@ -74,14 +75,9 @@ def kind_settings(text: str, kind: str) -> Json:
 
 def not_run_facts(job: ServerJob, reason: str) -> Json:
     """``facts.json`` of a server job that did not run: its configuration and the machine, and why."""
-    return {
-        "server": job.server_id,
-        "engine": job.server.engine,
-        "status": reason,
-        "engine_version": job.engine_version,
-        "config": job.facts_config(),
-        "machine": machine_facts(),
-    }
+    facts = ServerFacts(job.server_id, job.server.engine, job.engine_version, reason, job.facts_config(),
+                        machine=machine_facts())  # fmt: skip
+    return facts.to_json()
 
 
 @dataclass(frozen=True)

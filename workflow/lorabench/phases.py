@@ -11,8 +11,10 @@ short-prompt, long-output one the decode side in ITL.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
+from .facts import ServerFacts
 from .stats import paired_ratios, ratio_span
 
 
@@ -29,13 +31,13 @@ def _ratio(num: dict[str, Any], den: dict[str, Any], prefix: str) -> tuple[float
     return 100 * (a / b - 1), None, None
 
 
-def phase_costs(rows: list[dict[str, Any]], facts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def phase_costs(rows: list[dict[str, Any]], facts: Mapping[str, ServerFacts]) -> list[dict[str, Any]]:
     """Per server, workload, burst size and condition (the reference included, as its own row): TTFT and ITL
     medians, prompt tokens per request, and the TTFT and ITL ratios against the reference of its workload."""
     by_cell = {(r["server"], r["condition"], r["burst"]): r for r in rows if r.get("status") == "ok"}
     out = []
     for (server, cond, burst), num in sorted(by_cell.items()):
-        cfg = facts.get(server, {}).get("config") or {}
+        cfg = facts[server].config if server in facts else {}
         ref = (cfg.get("references") or {}).get(cond) or cfg.get("reference") or (cfg.get("conditions") or [cond])[0]
         den = by_cell.get((server, ref, burst))
         row: dict[str, Any] = {

@@ -9,6 +9,15 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+
+def _save(fig: Figure, out: Path) -> Path:
+    """Lay out ``fig``, write it to ``out`` (the format its suffix names) and close it: every plot of the report."""
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out
 
 
 def throughput_by_condition(rows: list[dict[str, Any]], out: Path, burst: int) -> Path | None:
@@ -38,10 +47,7 @@ def throughput_by_condition(rows: list[dict[str, Any]], out: Path, burst: int) -
     ax.set_title(f"Throughput per condition, burst of {burst}")
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
 
 
 def slot_cliff(rows: list[dict[str, Any]], out: Path, skip: str | None = None) -> Path | None:
@@ -74,10 +80,7 @@ def slot_cliff(rows: list[dict[str, Any]], out: Path, skip: str | None = None) -
     ax.set_title("Slot cliff: more distinct adapters than slots")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
 
 
 def latency_spread(measurements: list[dict[str, Any]], out: Path, metric: str, label: str) -> Path | None:
@@ -92,10 +95,7 @@ def latency_spread(measurements: list[dict[str, Any]], out: Path, metric: str, l
     ax.set_ylabel(label)
     ax.set_title(f"{label} per measurement (all burst sizes)")
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
 
 
 def queue_traces(queues: dict[str, Any], out: Path, conditions: list[str]) -> Path | None:
@@ -141,10 +141,7 @@ def queue_traces(queues: dict[str, Any], out: Path, conditions: list[str]) -> Pa
             if i == 0 and j == 0:
                 ax.legend(fontsize=7)
     fig.suptitle("Batch (running) and queues (waiting, deferred for a slot) within measurements", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
 
 
 def adapter_scaling(rows: list[dict[str, Any]], out: Path) -> Path | None:
@@ -181,7 +178,4 @@ def adapter_scaling(rows: list[dict[str, Any]], out: Path) -> Path | None:
     ax2.set_ylabel("TTFT p99 (ms)")
     ax2.set_title("TTFT tail against adapter count")
     ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _save(fig, out)

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from .engines import get_engine
+from .facts import ServerFacts
 from .io import read_json, read_jsonl, write_json
 from .stats import MedianInterval
 
@@ -54,12 +56,93 @@ def series_by_measurement(rows: list[dict[str, Any]], metric_names: dict[str, st
     return {mid: [{"t": t, **p} for t, p in sorted(pts.items())] for mid, pts in acc.items()}
 
 
+@dataclass(frozen=True)
+class InFlight:
+    """Figures of one server x condition x burst from its measurements' in-flight samples: the batch (median over
+    measurements of their mean ``running``, with its 95 % interval), waiting and deferred requests."""
+
+    measurements: int
+    measurements_in_flight: int
+    busy_samples: int
+    batch_median: float | None
+    batch_lo: float | None
+    batch_hi: float | None
+    batch_coverage: float | None
+    batch_max: float | None
+    waiting_mean: float | None
+    waiting_max: float | None
+    deferred_mean: float | None
+    deferred_max: float | None
+    deferred_share_pct: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> InFlight:
+        keys = cls.__dataclass_fields__
+        return cls(int(d["measurements"]), int(d["measurements_in_flight"]), int(d["busy_samples"]),
+                   *(d.get(k) for k in list(keys)[3:]))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TtftTail:
+    """The TTFT of a cell's measured requests that succeeded: median, p90 and p99 over all of them, and the 95 %
+    interval of the per-measurement p90 (the spread behind the tail)."""
+
+    requests: int
+    p50_ms: float | None
+    p90_ms: float | None
+    p99_ms: float | None
+    p90_lo_ms: float | None
+    p90_hi_ms: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {f"ttft_{k}": v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TtftTail | None:
+        if "ttft_requests" not in d:
+            return None
+        return cls(int(d["ttft_requests"]), *(d.get(f"ttft_{k}") for k in list(cls.__dataclass_fields__)[1:]))
+
+
+@dataclass(frozen=True)
+class QueueCell:
+    """One server x condition x burst of queues.json: its in-flight figures (from the measurements, or from the
+    warm-up bursts where no measurement was sampled in flight: ``source``), the TTFT tail of its requests where
+    they were recorded, the running adapter sets the engine listed, and up to MAX_TRACES series for the plot."""
+
+    condition: str
+    burst: int
+    distinct_adapters: int
+    source: str  # measurements | warm-up bursts
+    in_flight: InFlight
+    assignment: str
+    ttft: TtftTail | None
+    running_sets_seen: int | None
+    adapters_seen_running: int | None
+    traces: list[list[list[float]]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"condition": self.condition, "burst": self.burst, "distinct_adapters": self.distinct_adapters,
+                "source": self.source, **self.in_flight.to_json(), "assignment": self.assignment,
+                **(self.ttft.to_json() if self.ttft else {}), "running_sets_seen": self.running_sets_seen,
+                "adapters_seen_running": self.adapters_seen_running, "traces": self.traces}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> QueueCell:
+        return cls(d["condition"], int(d["burst"]), int(d["distinct_adapters"]), d["source"], InFlight.from_json(d),
+                   d.get("assignment") or "cycle", TtftTail.from_json(d), d.get("running_sets_seen"),
+                   d.get("adapters_seen_running"), d.get("traces") or [])  # fmt: skip
+
+
 def busy(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The samples taken while requests were in flight (running or waiting)."""
     return [p for p in points if p.get("running", 0) + p.get("waiting", 0) > 0]
 
 
-def _cell(measured: dict[str, list[dict]], has_deferred: bool) -> dict[str, Any]:
+def _in_flight(measured: dict[str, list[dict]], has_deferred: bool) -> InFlight:
     """Figures of one server x condition x burst from its measurements' in-flight samples."""
     per_batch, per_wait, per_def, all_busy = [], [], [], []
     for pts in measured.values():
@@ -72,26 +155,25 @@ def _cell(measured: dict[str, list[dict]], has_deferred: bool) -> dict[str, Any]
         if has_deferred:
             per_def.append(statistics.fmean(p.get("deferred", 0.0) for p in b))
     iv = MedianInterval.of(per_batch)
-    out: dict[str, Any] = {
-        "measurements": len(measured),
-        "measurements_in_flight": len(per_batch),
-        "busy_samples": len(all_busy),
-        "batch_median": iv.median if iv.n else None,
-        "batch_lo": iv.lo if iv.n else None,
-        "batch_hi": iv.hi if iv.n else None,
-        "batch_coverage": iv.coverage if iv.n else None,
-        "batch_max": max((p.get("running", 0.0) for p in all_busy), default=None),
-        "waiting_mean": statistics.fmean(per_wait) if per_wait else None,
-        "waiting_max": max((p.get("waiting", 0.0) for p in all_busy), default=None),
-        "deferred_mean": statistics.fmean(per_def) if per_def else None,
-        "deferred_max": max((p.get("deferred", 0.0) for p in all_busy), default=None) if has_deferred else None,
-        "deferred_share_pct": (
+    return InFlight(
+        measurements=len(measured),
+        measurements_in_flight=len(per_batch),
+        busy_samples=len(all_busy),
+        batch_median=iv.median if iv.n else None,
+        batch_lo=iv.lo if iv.n else None,
+        batch_hi=iv.hi if iv.n else None,
+        batch_coverage=iv.coverage if iv.n else None,
+        batch_max=max((p.get("running", 0.0) for p in all_busy), default=None),
+        waiting_mean=statistics.fmean(per_wait) if per_wait else None,
+        waiting_max=max((p.get("waiting", 0.0) for p in all_busy), default=None),
+        deferred_mean=statistics.fmean(per_def) if per_def else None,
+        deferred_max=max((p.get("deferred", 0.0) for p in all_busy), default=None) if has_deferred else None,
+        deferred_share_pct=(
             100.0 * sum(1 for p in all_busy if p.get("deferred", 0) > 0) / len(all_busy)
             if has_deferred and all_busy
             else None
         ),
-    }
-    return out
+    )
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -105,7 +187,7 @@ def percentile(values: list[float], q: float) -> float | None:
     return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
 
 
-def ttft_tails(records: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
+def ttft_tails(records: list[dict[str, Any]]) -> dict[tuple[str, int], TtftTail]:
     """Per condition and burst, the TTFT of the measured (not warm-up) requests that succeeded: median, p90 and
     p99 over all of them, and the 95 % interval of the per-measurement p90 (the spread behind the tail)."""
     by_cell: dict[tuple[str, int], dict[str, list[float]]] = {}
@@ -121,14 +203,14 @@ def ttft_tails(records: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str,
         pooled = [v for vals in per.values() for v in vals]
         p90s = [p for vals in per.values() if (p := percentile(vals, 90)) is not None]
         iv = MedianInterval.of(p90s)
-        out[key] = {
-            "ttft_requests": len(pooled),
-            "ttft_p50_ms": percentile(pooled, 50),
-            "ttft_p90_ms": percentile(pooled, 90),
-            "ttft_p99_ms": percentile(pooled, 99),
-            "ttft_p90_lo_ms": iv.lo if iv.n else None,
-            "ttft_p90_hi_ms": iv.hi if iv.n else None,
-        }
+        out[key] = TtftTail(
+            requests=len(pooled),
+            p50_ms=percentile(pooled, 50),
+            p90_ms=percentile(pooled, 90),
+            p99_ms=percentile(pooled, 99),
+            p90_lo_ms=iv.lo if iv.n else None,
+            p90_hi_ms=iv.hi if iv.n else None,
+        )
     return out
 
 
@@ -163,26 +245,27 @@ def _traces(measured: dict[str, list[dict]]) -> list[list[list[float]]]:
 
 def server_queues(
     rows: list[dict[str, Any]],
-    facts: dict[str, Any],
+    facts: ServerFacts,
     conditions: dict[str, Any],
     records: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """One server's queue figures per condition and burst (from its metrics.jsonl rows and facts.json), with the
-    TTFT tail of its measured requests (records.jsonl) and the running adapter sets the engine listed."""
-    cfg = facts.get("config") or {}
-    cells: list[dict[str, Any]] = []
+    TTFT tail of its measured requests (records.jsonl) and the running adapter sets the engine listed: the server's
+    head with its ``cells`` (QueueCell)."""
+    cfg = facts.config
+    cells: list[QueueCell] = []
     head: dict[str, Any] = {
-        "server": facts.get("server"),
-        "engine": facts.get("engine"),
-        "status": facts.get("status"),
+        "server": facts.server,
+        "engine": facts.engine,
+        "status": facts.status,
         "lora": cfg.get("lora"),
         "max_loras": cfg.get("max_loras"),
-        "metrics": (facts.get("harness") or {}).get("metrics"),  # when the harness scraped: during, between, off
+        "metrics": (facts.harness or {}).get("metrics"),  # when the harness scraped: during, between, off
         "cells": cells,
     }
-    if facts.get("status") != "ok":
+    if not facts.ok:
         return head
-    engine = get_engine(facts["engine"])
+    engine = get_engine(facts.engine)
     names = engine.metric_names
     has_deferred = "deferred" in names.values()
     head["reports"] = [s for s in SERIES if s in names.values()]
@@ -205,18 +288,18 @@ def server_queues(
             measured, source = groups.get((cond, burst, True), {}), "warm-up bursts"
         adapters = (conditions.get(cond) or {}).get("adapters") or []
         seen = [v for mid, v in running_sets.items() if parse_measurement_id(mid)[:2] == (cond, burst)]
-        cell = {
-            "condition": cond,
-            "burst": burst,
-            "distinct_adapters": len({a for a in adapters if a != "base"}),
-            "source": source,
-            **_cell(measured, has_deferred),
-            "assignment": (conditions.get(cond) or {}).get("assignment", "cycle"),
-            **tails.get((cond, burst), {}),
-            "running_sets_seen": len(set().union(*(v["sets"] for v in seen))) if seen else None,
-            "adapters_seen_running": len(set().union(*(v["adapters"] for v in seen))) if seen else None,
-            "traces": _traces({k: v for k, v in measured.items() if busy(v)}),
-        }
+        cell = QueueCell(
+            condition=cond,
+            burst=burst,
+            distinct_adapters=len({a for a in adapters if a != "base"}),
+            source=source,
+            in_flight=_in_flight(measured, has_deferred),
+            assignment=(conditions.get(cond) or {}).get("assignment", "cycle"),
+            ttft=tails.get((cond, burst)),
+            running_sets_seen=len(set().union(*(v["sets"] for v in seen))) if seen else None,
+            adapters_seen_running=len(set().union(*(v["adapters"] for v in seen))) if seen else None,
+            traces=_traces({k: v for k, v in measured.items() if busy(v)}),
+        )
         cells.append(cell)
     return head
 
@@ -232,12 +315,13 @@ def aggregate(
     servers = []
     recs = sorted(record_files) if record_files else [None] * len(metric_files)
     for mf, ff, rf in zip(sorted(metric_files), sorted(fact_files), recs, strict=True):
-        facts = read_json(ff)
-        ok = facts.get("status") == "ok"
+        facts = ServerFacts.from_json(read_json(ff))
+        ok = facts.ok
         rows = list(read_jsonl(mf)) if ok else []
         records = list(read_jsonl(rf)) if ok and rf else []
         servers.append(server_queues(rows, facts, conditions, records))
-    result = {"servers": servers, "cliffs": cliffs(servers)}
+    cells = [{**s, "cells": [c.to_json() for c in s["cells"]]} for s in servers]
+    result = {"servers": cells, "cliffs": cliffs(servers)}
     write_json(out, result)
     return result
 
@@ -256,41 +340,47 @@ def cliffs(servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
         few, many = eng[0], eng[-1]
         if few["max_loras"] == many["max_loras"]:
             continue
-        cells_few = {(c["condition"], c["burst"]): c for c in few["cells"]}
-        cells_many = {(c["condition"], c["burst"]): c for c in many["cells"]}
+        cells_few: dict[tuple[str, int], QueueCell] = {(c.condition, c.burst): c for c in few["cells"]}
+        cells_many: dict[tuple[str, int], QueueCell] = {(c.condition, c.burst): c for c in many["cells"]}
         shared = [
             k
             for k in cells_few
-            if k in cells_many and few["max_loras"] < cells_few[k]["distinct_adapters"] <= many["max_loras"]
+            if k in cells_many and few["max_loras"] < cells_few[k].distinct_adapters <= many["max_loras"]
         ]
         if not shared:
             continue
         top = max(b for _, b in shared)
         cond = sorted(c for c, b in shared if b == top)[-1]
-        f, m = cells_few[(cond, top)], cells_many[(cond, top)]
-        if min(f["measurements_in_flight"], m["measurements_in_flight"]) < 3:
+        few_cell, many_cell = cells_few[(cond, top)], cells_many[(cond, top)]
+        f, m = few_cell.in_flight, many_cell.in_flight
+        if min(f.measurements_in_flight, m.measurements_in_flight) < 3:
             finding = "too few samples"
-        elif f["batch_hi"] < m["batch_lo"]:
+        elif f.batch_hi < m.batch_lo:  # type: ignore[operator]  # in flight: an interval
             finding = "smaller batch"
-        elif f["batch_lo"] >= m["batch_hi"]:
+        elif f.batch_lo >= m.batch_hi:  # type: ignore[operator]
             finding = "no smaller batch"
         else:
             finding = "overlap"
-        queued = f["deferred_mean"] if f.get("deferred_mean") is not None else f.get("waiting_mean")
+        queued = f.deferred_mean if f.deferred_mean is not None else f.waiting_mean
         out.append(
             {
                 "engine": engine,
                 "condition": cond,
                 "burst": top,
-                "distinct_adapters": f["distinct_adapters"],
-                "few": {"server": few["server"], "slots": few["max_loras"], "metrics": few.get("metrics"), **_brief(f)},
+                "distinct_adapters": few_cell.distinct_adapters,
+                "few": {
+                    "server": few["server"],
+                    "slots": few["max_loras"],
+                    "metrics": few.get("metrics"),
+                    **_brief(few_cell),
+                },
                 "many": {
                     "server": many["server"],
                     "slots": many["max_loras"],
                     "metrics": many.get("metrics"),
-                    **_brief(m),
+                    **_brief(many_cell),
                 },
-                "queue_series": "deferred" if f.get("deferred_mean") is not None else "waiting",
+                "queue_series": "deferred" if f.deferred_mean is not None else "waiting",
                 "queued_few": queued,
                 "finding": finding,
             }
@@ -298,20 +388,13 @@ def cliffs(servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _brief(c: dict[str, Any]) -> dict[str, Any]:
-    keys = (
-        "batch_median",
-        "batch_lo",
-        "batch_hi",
-        "batch_coverage",
-        "measurements_in_flight",
-        "busy_samples",
-        "waiting_mean",
-        "deferred_mean",
-        "deferred_share_pct",
-        "source",
-    )
-    return {k: c.get(k) for k in keys}
+def _brief(c: QueueCell) -> dict[str, Any]:
+    """What a cliff comparison shows of each side's cell."""
+    f = c.in_flight
+    return {"batch_median": f.batch_median, "batch_lo": f.batch_lo, "batch_hi": f.batch_hi,
+            "batch_coverage": f.batch_coverage, "measurements_in_flight": f.measurements_in_flight,
+            "busy_samples": f.busy_samples, "waiting_mean": f.waiting_mean, "deferred_mean": f.deferred_mean,
+            "deferred_share_pct": f.deferred_share_pct, "source": c.source}  # fmt: skip
 
 
 def sampled_during(c: dict[str, Any]) -> bool:

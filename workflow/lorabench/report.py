@@ -46,27 +46,16 @@ def render(model: ReportModel, templates: Path) -> str:
 
 
 def render_report(
-    study: str,
-    config: dict[str, Any],
-    summary_path: str,
-    verdicts_path: str,
-    model_path: str,
-    adapter_paths: list[str],
-    env_paths: list[str],
+    inputs: ReportInputs,
     out_html: Path,
     out_provenance: Path,
     templates: Path,
     checkout: Path,
-    queues_path: str | None = None,
     hardware_path: str | Path | None = None,
-    capacity_path: str | None = None,
 ) -> None:
-    """Render the report of a study's saved results into ``out_html`` (plots beside it) with the ``templates``
-    folder; the provenance (``out_provenance``) records the commit of the lorabench ``checkout`` that renders it.
-    ``capacity_path``: the rate sweeps' capacity.json (capacity_summary), its plots in ``plots/`` beside it."""
-    inputs = ReportInputs.read(
-        study, config, summary_path, verdicts_path, model_path, adapter_paths, env_paths, queues_path, capacity_path
-    )
+    """Render the report of a study's saved results (``inputs``: ReportInputs.read) into ``out_html`` (plots beside
+    it) with the ``templates`` folder; the provenance (``out_provenance``) records the commit of the lorabench
+    ``checkout`` that renders it."""
     model = build(inputs, out_html.parent, checkout, hardware_path)
     write_json(out_provenance, model.provenance)
     write_text_atomic(out_html, render(model, templates))

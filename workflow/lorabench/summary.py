@@ -7,17 +7,36 @@ import json
 import logging
 import math
 import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from .engines.base import models_listed_ok, server_columns
+from .facts import ServerFacts
 from .io import read_json, read_jsonl, write_json
 from .job import RuntimeLoad
 from .loadgen.traffic import workload_of
 from .phases import phase_costs
-from .records import SUMMARY_SCHEMA, BurstScaling, Comparison, EngineComparison, EngineSide, RatioSpan
+from .records import (
+    LATENCY_TAILS,
+    SUMMARY_SCHEMA,
+    TELEMETRY,
+    BurstScaling,
+    CellLatency,
+    CellLoad,
+    CellSummary,
+    CellThroughput,
+    Comparison,
+    EngineComparison,
+    EngineSide,
+    GpuState,
+    RatioSpan,
+    Spread,
+    Telemetry,
+)
 from .runtime_figures import load_result
 from .stats import (
     MedianInterval,
@@ -116,166 +135,186 @@ def boundness(front_end_cpu: float | None, gpu_busy_pct: float | None) -> str:
     return ""
 
 
+@dataclass(frozen=True)
+class _CellRows:
+    """A cell's measured rows in time order, by what each figure is read from: throughput from the non-streamed
+    bursts (the streamed ones where the study streams every burst), latencies from the streamed ones; ``clean``
+    and ``lat_clean`` without errors."""
+
+    all: pd.DataFrame
+    plain: pd.DataFrame
+    tp: pd.DataFrame
+    lat: pd.DataFrame
+    clean: pd.DataFrame
+    lat_clean: pd.DataFrame
+
+    @classmethod
+    def of(cls, ms: pd.DataFrame) -> _CellRows:
+        ms = ms.sort_values("order")
+        plain = _mode_rows(ms, False)
+        tp = plain if len(plain) else ms
+        lat = _mode_rows(ms, True)
+        return cls(ms, plain, tp, lat, tp[tp["n_errors"] == 0], lat[lat["n_errors"] == 0])
+
+
+def _throughput(rows: _CellRows, target_pct: float | None) -> CellThroughput:
+    values = list(rows.clean["throughput_tok_s"])
+    iv = MedianInterval.of(values)
+    total = Summary.of(list(_col(rows.clean, "throughput_total_tok_s").dropna()))
+    streamed = len(rows.plain) and len(rows.lat_clean)
+    return CellThroughput(
+        summary=Summary.of(values),
+        source="non-streamed bursts" if len(rows.plain) else "streamed bursts",
+        ci_lo=iv.lo,
+        ci_hi=iv.hi,
+        ci_pct=iv.halfwidth_pct,
+        ci_coverage=iv.coverage,
+        streamed_median=float(rows.lat_clean["throughput_tok_s"].median()) if streamed else None,
+        target_ci_pct=target_pct,
+        reached_target=None if target_pct is None else bool(reached_target(values, target_pct, 1)),
+        total_median=total.median,
+        total_spread_pct=total.spread_pct,
+    )
+
+
+def _load(rows: _CellRows) -> CellLoad:
+    fe_n, fe_s = _median_of(rows.plain, "m_front_end_cpu"), _median_of(rows.lat, "m_front_end_cpu")
+    busy_n, busy_s = _median_of(rows.plain, "m_gpu_busy_pct"), _median_of(rows.lat, "m_gpu_busy_pct")
+    plain = bool(len(rows.plain))
+    return CellLoad(
+        fe_n,
+        fe_s,
+        busy_n,
+        busy_s,
+        throughput_bound=boundness(fe_n if plain else fe_s, busy_n if plain else busy_s),
+        latency_bound=boundness(fe_s, busy_s) if len(rows.lat) else "",
+    )
+
+
+def _latency(lat: pd.DataFrame) -> CellLatency:
+    """Medians over the streamed bursts of each burst's median and percentiles."""
+
+    def med(col: str) -> float:
+        return float(_col(lat, col).median()) if len(lat) else float("nan")
+
+    return CellLatency(
+        med("ttft_median_ms"),
+        med("itl_median_ms"),
+        med("latency_median_ms"),
+        Summary.of(list(lat["itl_median_ms"])).spread_pct,
+        {k: med(k) for k in LATENCY_TAILS},
+    )
+
+
+def _by_cycle(df: pd.DataFrame, col: str, keep_nan: bool = False) -> str | None:
+    """Each row's figure with the server start and cycle it was taken in (rows without a cycle left out, and those
+    without a figure unless ``keep_nan``): two cells of a job pair bursts of one cycle (stats.ratio_span)."""
+    points = [
+        (int(s) if s == s else 0, int(c), float(v))
+        for s, c, v in zip(_col(df, "server_start"), _col(df, "cycle"), _col(df, col), strict=True)
+        if c == c and (keep_nan or v == v)
+    ]
+    return by_time(points) or None
+
+
+def _queue_medians(tp: pd.DataFrame, warm: pd.DataFrame | None) -> dict[str, float]:
+    """Queue depths come from scrapes while requests are in flight: the measurements' own when the harness scraped
+    during them, else the warm-up bursts' (always scraped in flight)."""
+    out = {}
+    for col in QUEUE_COLS:
+        series = _col(tp, col).dropna()
+        if series.empty or not series.max():
+            series = _col(warm, col).dropna() if warm is not None and len(warm) else series
+        if len(series):
+            out[col[2:]] = float(series.median())
+    return out
+
+
+def _gpu_state(tp: pd.DataFrame) -> GpuState | None:
+    sm = _col(tp, "m_gpu_sm_mhz_mean").dropna()
+    if not len(sm):
+        return None
+    corr = float(sm.corr(tp.loc[sm.index, "throughput_tok_s"])) if len(sm) >= 3 and sm.std() > 0 else None
+    power = float(_col(tp, "m_gpu_power_w_mean").dropna().median())
+    return GpuState(float(sm.median()), Summary.of(list(sm)).spread_pct, power, corr)
+
+
+def _telemetry(tp: pd.DataFrame) -> tuple[Telemetry, ...]:
+    """Does throughput move with the GPU's busy share, with time stolen by the hypervisor, with the engine's busiest
+    host thread (a scheduler loop bound to one CPU), or with the load client's own CPU (a client that fills its CPU
+    reads tokens late), or with the CPU probe's time (a fixed piece of work timed on the client's CPU: longer where
+    the host runs slower or that CPU is busier)? (HostTelemetry, GpuTelemetry)"""
+    out = []
+    for name in TELEMETRY:
+        col = "m_gpu_util_pct_mean" if name == "gpu_util_pct" else f"m_{name}"
+        series = pd.to_numeric(_col(tp, col), errors="coerce").dropna()
+        if len(series):
+            ok = len(series) >= 3 and series.std() > 0
+            corr = float(series.corr(tp.loc[series.index, "throughput_tok_s"])) if ok else None
+            out.append(Telemetry(name, float(series.median()), corr))
+    return tuple(out)
+
+
 def summarize_cell(
     ms: pd.DataFrame, warm: pd.DataFrame | None = None, target_pct: float | None = None, slow_below: float = 0.75
-) -> dict[str, Any]:
+) -> CellSummary:
     """Statistics of one server x condition x burst from its measured (non-warm-up) rows.
 
     Method v2: a row is one burst of one cycle. Throughput is read from the non-streamed bursts (the streamed ones
     where the study streams every burst), TTFT, ITL and latency tails from the streamed ones. The figure is the
     median over cycles, with the 95 % interval of that median and whether it reached ``target_pct``. Older
     studies' rows (a measurement of several bursts, all streamed) are read the same way."""
-    ms = ms.sort_values("order")
-    plain = _mode_rows(ms, False)
-    tp_rows = plain if len(plain) else ms
-    lat_rows = _mode_rows(ms, True)
-    clean = tp_rows[tp_rows["n_errors"] == 0]
-    lat_clean = lat_rows[lat_rows["n_errors"] == 0]
-    values = list(clean["throughput_tok_s"])
-    tp = Summary.of(values)
-    iv = MedianInterval.of(values)
-    total = Summary.of(list(_col(clean, "throughput_total_tok_s").dropna()))
-    flag, dev = first_stands_out(list(tp_rows["throughput_tok_s"]))
-    fe_n, fe_s = _median_of(plain, "m_front_end_cpu"), _median_of(lat_rows, "m_front_end_cpu")
-    busy_n, busy_s = _median_of(plain, "m_gpu_busy_pct"), _median_of(lat_rows, "m_gpu_busy_pct")
-    row: dict[str, Any] = {
-        **tp.as_dict("throughput"),
-        "throughput_from": "non-streamed bursts" if len(plain) else "streamed bursts",
-        "throughput_ci_lo": iv.lo,
-        "throughput_ci_hi": iv.hi,
-        "throughput_ci_pct": iv.halfwidth_pct,
-        "throughput_ci_coverage": iv.coverage,
-        "throughput_streamed_median": (
-            float(lat_clean["throughput_tok_s"].median()) if len(plain) and len(lat_clean) else None
-        ),
-        "target_ci_pct": target_pct,
-        "reached_target": None if target_pct is None else bool(reached_target(values, target_pct, 1)),
-        "throughput_total_median": total.median,
-        "throughput_total_spread_pct": total.spread_pct,
-        "bursts_measured": int(_col(ms, "n_bursts").fillna(1).sum()),
-        # method v2: bursts below ``slow_below`` x the cell's median burst (the job's outlier_fraction)
-        "outlier_bursts": len(outliers_below(values, slow_below))
-        if "cycle" in ms
-        else int(_col(ms, "outlier_bursts").fillna(0).sum()),
-        "measured_s": float(_col(ms, "burst_s").fillna(0).sum()),
-        "cycles": int(pd.to_numeric(_col(clean, "cycle"), errors="coerce").nunique()) if "cycle" in ms else None,
-        "front_end_cpu_median": fe_n,
-        "front_end_cpu_streamed_median": fe_s,
-        "gpu_busy_pct_median": busy_n,
-        "gpu_busy_pct_streamed_median": busy_s,
-        "throughput_bound": boundness(fe_n if len(plain) else fe_s, busy_n if len(plain) else busy_s),
-        "latency_bound": boundness(fe_s, busy_s) if len(lat_rows) else "",
-        "ttft_median_ms": float(lat_clean["ttft_median_ms"].median()) if len(lat_clean) else float("nan"),
-        "itl_median_ms": float(lat_clean["itl_median_ms"].median()) if len(lat_clean) else float("nan"),
-        "latency_median_ms": float(lat_clean["latency_median_ms"].median()) if len(lat_clean) else float("nan"),
-        "itl_spread_pct": Summary.of(list(lat_clean["itl_median_ms"])).spread_pct,
-        # Tails: the median over bursts of each burst's percentile (per request; ITL per token), streamed bursts.
-        **{
-            f"{n}_p{q}_ms": float(_col(lat_clean, f"{n}_p{q}_ms").median()) if len(lat_clean) else float("nan")
-            for n in ("ttft", "itl", "latency")
-            for q in (50, 90, 99)
-        },
-        "measurements": len(tp_rows),
-        "measurements_with_errors": int((ms["n_errors"] > 0).sum()),
-        "request_errors": int(ms["n_errors"].sum()),
-        "requests": int(ms["n_requests"].sum()),
-        "first_rep_throughput": float(tp_rows["throughput_tok_s"].iloc[0]) if len(tp_rows) else float("nan"),
-        "first_rep_deviation_pct": dev,
-        "first_rep_stands_out": bool(flag),
-        "values": [round(float(v), 2) for v in tp_rows["throughput_tok_s"]],
+    rows = _CellRows.of(ms)
+    ms, tp, clean = rows.all, rows.tp, rows.clean
+    flag, dev = first_stands_out(list(tp["throughput_tok_s"]))
+    cycles = "cycle" in ms
+    # method v2: bursts below ``slow_below`` x the cell's median burst (the job's outlier_fraction)
+    slow = len(outliers_below(list(clean["throughput_tok_s"]), slow_below))
+    n_ok = _col(clean, "n_ok").sum()
+    # an engine bound by one host thread: its busiest thread kept a CPU full in every measurement
+    top_pct = pd.to_numeric(_col(tp, "m_engine_top_thread_pct"), errors="coerce").dropna()
+    top_names = _col(tp, "m_engine_top_thread").dropna()
+    cell = CellSummary(
+        throughput=_throughput(rows, target_pct),
+        bursts_measured=int(_col(ms, "n_bursts").fillna(1).sum()),
+        outlier_bursts=slow if cycles else int(_col(ms, "outlier_bursts").fillna(0).sum()),
+        measured_s=float(_col(ms, "burst_s").fillna(0).sum()),
+        cycles=int(pd.to_numeric(_col(clean, "cycle"), errors="coerce").nunique()) if cycles else None,
+        load=_load(rows),
+        latency=_latency(rows.lat_clean),
+        measurements=len(tp),
+        measurements_with_errors=int((ms["n_errors"] > 0).sum()),
+        request_errors=int(ms["n_errors"].sum()),
+        requests=int(ms["n_requests"].sum()),
+        first_rep_throughput=float(tp["throughput_tok_s"].iloc[0]) if len(tp) else float("nan"),
+        first_rep_deviation_pct=dev,
+        first_rep_stands_out=bool(flag),
+        values=[round(float(v), 2) for v in tp["throughput_tok_s"]],
         # where each was taken, so that two cells of this job compare measurement by measurement (stats.ratio_span)
-        "throughput_by_time": by_time(
+        throughput_by_time=by_time(
             [
                 (int(s) if s == s else 0, int(o), float(v))
                 for s, o, v in zip(_col(clean, "server_start"), clean["order"], clean["throughput_tok_s"], strict=True)
             ]
         ),
-        # method v2: the cycle each was taken in; two cells of this job pair bursts of one cycle (stats.ratio_span)
-        "throughput_by_cycle": by_time(
-            [
-                (int(s) if s == s else 0, int(c), float(v))
-                for s, c, v in zip(
-                    _col(clean, "server_start"), _col(clean, "cycle"), clean["throughput_tok_s"], strict=True
-                )
-                if c == c
-            ]
-        )
-        or None,
-        # per cycle, the streamed burst's median TTFT and ITL: an adapter's prefill and decode cost, paired per cycle
-        **{
-            f"{n}_by_cycle": by_time(
-                [
-                    (int(s) if s == s else 0, int(c), float(v))
-                    for s, c, v in zip(
-                        _col(lat_clean, "server_start"),
-                        _col(lat_clean, "cycle"),
-                        _col(lat_clean, f"{n}_median_ms"),
-                        strict=True,
-                    )
-                    if c == c and v == v
-                ]
-            )
-            or None
-            for n in ("ttft", "itl")
-        },
+        # method v2: the cycle each was taken in; per cycle, the streamed burst's median TTFT and ITL (an adapter's
+        # prefill and decode cost, paired per cycle)
+        throughput_by_cycle=_by_cycle(clean, "throughput_tok_s", keep_nan=True),
+        ttft_by_cycle=_by_cycle(rows.lat_clean, "ttft_median_ms"),
+        itl_by_cycle=_by_cycle(rows.lat_clean, "itl_median_ms"),
         # prompt tokens per request as the server's usage reported them
-        "prompt_tokens_per_request": float(_col(clean, "prompt_tokens").sum() / _col(clean, "n_ok").sum())
-        if len(clean) and _col(clean, "n_ok").sum() > 0
-        else None,
-    }
-    ms = tp_rows
-    for col in QUEUE_COLS:
-        # Queue depths come from scrapes while requests are in flight: the measurements' own when the harness
-        # scraped during them, else the warm-up bursts' (always scraped in flight).
-        series = _col(ms, col).dropna()
-        if series.empty or not series.max():
-            series = _col(warm, col).dropna() if warm is not None and len(warm) else series
-        if len(series):
-            row[col[2:] + "_median"] = float(series.median())
-    # The GPU's state during the cell's measurements (GpuTelemetry): where throughput moves between measurements,
-    # does the SM clock or the power move with it?
-    sm = _col(ms, "m_gpu_sm_mhz_mean").dropna()
-    if len(sm):
-        row["gpu_sm_mhz_median"] = float(sm.median())
-        row["gpu_sm_mhz_spread_pct"] = Summary.of(list(sm)).spread_pct
-        row["gpu_power_w_median"] = float(_col(ms, "m_gpu_power_w_mean").dropna().median())
-        tp = ms.loc[sm.index, "throughput_tok_s"]
-        row["gpu_sm_mhz_throughput_corr"] = float(sm.corr(tp)) if len(sm) >= 3 and sm.std() > 0 else None
-    # ... and the host's (HostTelemetry): does throughput move with the GPU's busy share, with time stolen by the
-    # hypervisor, with the engine's busiest host thread (a scheduler loop bound to one CPU), or with the load
-    # client's own CPU (a client that fills its CPU reads tokens late), or with the CPU probe's time (a fixed
-    # piece of work timed on the client's CPU: longer where the host runs slower or that CPU is busier)?
-    for col, name in (
-        ("m_gpu_util_pct_mean", "gpu_util_pct"),
-        ("m_host_steal_pct", "host_steal_pct"),
-        ("m_engine_cpus", "engine_cpus"),
-        ("m_engine_top_thread_pct", "engine_top_thread_pct"),
-        ("m_engine_top_thread_preempted_per_s", "engine_top_thread_preempted_per_s"),
-        ("m_engine_top_thread_waits_per_s", "engine_top_thread_waits_per_s"),
-        ("m_engine_top_thread_migrations_per_s", "engine_top_thread_migrations_per_s"),
-        ("m_engine_top_cpu_steal_pct", "engine_top_cpu_steal_pct"),
-        ("m_client_cpu_pct", "client_cpu_pct"),
-        ("m_host_cpu_probe_ms", "host_cpu_probe_ms"),
-    ):
-        series = pd.to_numeric(_col(ms, col), errors="coerce").dropna()
-        if len(series):
-            row[name + "_median"] = float(series.median())
-            tp = ms.loc[series.index, "throughput_tok_s"]
-            ok = len(series) >= 3 and series.std() > 0
-            row[name + "_throughput_corr"] = float(series.corr(tp)) if ok else None
-    # an engine bound by one host thread: its busiest thread kept a CPU full in every measurement
-    pct = pd.to_numeric(_col(ms, "m_engine_top_thread_pct"), errors="coerce").dropna()
-    names = _col(ms, "m_engine_top_thread").dropna()
-    if len(pct):
-        row["engine_top_thread_pct_min"] = float(pct.min())
-    if len(names):
-        row["engine_top_thread"] = str(names.mode().iloc[0])
-    row.update(spread_sources(clean))
-    missed = row["reached_target"] is False
-    row["spread_kind"], row["spread_reason"], row["spread_moves_with"] = (
-        spread_reason(row) if missed else (None, None, None)
+        prompt_tokens_per_request=float(_col(clean, "prompt_tokens").sum() / n_ok) if len(clean) and n_ok > 0 else None,
+        queue_medians=_queue_medians(tp, warm),
+        gpu=_gpu_state(tp),
+        telemetry=_telemetry(tp),
+        engine_top_thread_pct_min=float(top_pct.min()) if len(top_pct) else None,
+        engine_top_thread=str(top_names.mode().iloc[0]) if len(top_names) else None,
+        spread=spread_sources(clean),
     )
-    return row
+    if cell.throughput.reached_target is False:
+        kind, reason, moves_with = spread_reason(cell.to_json())
+        cell = replace(cell, spread=replace(cell.spread, kind=kind, reason=reason, moves_with=moves_with))
+    return cell
 
 
 # The telemetry a cell's throughput is correlated with (summarize_cell's ``NAME_throughput_corr``), as the
@@ -299,27 +338,27 @@ WHOLE_RANGE_BELOW = 9  # with fewer values, the 95 % interval of a median is the
 MIN_CORR = 0.6
 
 
-def spread_sources(clean: pd.DataFrame) -> dict[str, float | None]:
+def spread_sources(clean: pd.DataFrame) -> Spread:
     """Where a cell's spread comes from: how far its measurements stray from their median (``between_sd_pct``,
     the sd of the log ratio, in %) against what the bursts inside each measurement alone would move its figure
     (``burst_sd_pct``: the median over measurements of the standard error of a median burst, 1.25 sd / sqrt(n)
     of the bursts, relative to their mean). Between far above burst: whole measurements differ (slow states)."""
     vals = [float(v) for v in clean["throughput_tok_s"] if v and v > 0]
-    out: dict[str, float | None] = {"between_sd_pct": None, "burst_sd_pct": None}
+    between = burst = None
     if len(vals) >= 3:
         med = statistics.median(vals)
-        out["between_sd_pct"] = 100 * statistics.pstdev([math.log(v / med) for v in vals])
+        between = 100 * statistics.pstdev([math.log(v / med) for v in vals])
     ses = []
     for text in _col(clean, "burst_tok_s").dropna():
         bursts = [float(x) for x in str(text).split()]
         if len(bursts) >= 2 and statistics.fmean(bursts) > 0:
             ses.append(1.25 * statistics.stdev(bursts) / statistics.fmean(bursts) / math.sqrt(len(bursts)))
     if ses:
-        out["burst_sd_pct"] = 100 * statistics.median(ses)
-    return out
+        burst = 100 * statistics.median(ses)
+    return Spread(between, burst)
 
 
-def spread_reason(row: dict[str, Any]) -> tuple[str, str, str | None]:
+def spread_reason(row: Mapping[str, Any]) -> tuple[str, str, str | None]:
     """Why a cell's 95 % interval stayed wider than its target, from its own measurements: whole measurements
     that differ (a state lasting a measurement) or bursts that vary inside them, and the recorded telemetry that
     moves with throughput most, where one does. Returns the kind (``measurements``, ``bursts``, ``cycles``,
@@ -360,7 +399,7 @@ def spread_reason(row: dict[str, Any]) -> tuple[str, str, str | None]:
     return ("too few" if few and kind == "bursts" else kind), few + why, moves_with
 
 
-def thread_bound(row: dict[str, Any]) -> bool:
+def thread_bound(row: Mapping[str, Any]) -> bool:
     """Whether the engine's busiest thread used a whole CPU in every measurement of the cell (HostTelemetry)."""
     low = row.get("engine_top_thread_pct_min")
     return low is not None and not math.isnan(low) and low >= THREAD_BOUND_PCT
@@ -420,14 +459,15 @@ def engine_comparison(rows: list[dict[str, Any]]) -> list[EngineComparison]:
     return out
 
 
-def paired_comparisons(rows: list[dict[str, Any]], facts: dict[str, dict[str, Any]]) -> list[Comparison]:
+def paired_comparisons(rows: list[dict[str, Any]], facts: Mapping[str, ServerFacts]) -> list[Comparison]:
     """Every comparison within a server job (method v2): each condition against the server's reference condition
     at the same burst size, paired per cycle (stats.ratio_span), with its interval's half-width in points and
     whether it met the job's ``target_points``. Older studies' jobs (no cycles) pair measurements by time."""
     out = []
     by_cell = {(r["server"], r["condition"], r["burst"]): r for r in rows if r.get("status") == "ok"}
     for (server, cond, burst), num in sorted(by_cell.items()):
-        cfg = facts.get(server, {}).get("config") or {}
+        fact = facts.get(server)
+        cfg = fact.config if fact else {}
         ref = (cfg.get("references") or {}).get(cond) or cfg.get("reference") or (cfg.get("conditions") or [None])[0]
         den = by_cell.get((server, ref, burst))
         if not ref or cond == ref or den is None:
@@ -442,7 +482,7 @@ def paired_comparisons(rows: list[dict[str, Any]], facts: dict[str, dict[str, An
                 server=server, engine=num.get("engine"), burst=burst, condition=cond, reference=ref,
                 workload=num.get("workload"), ratio=ratio, pairs=n,
                 paired_by="cycle" if paired else ("time" if n else "unpaired"),
-                target_points=(facts.get(server, {}).get("measurement") or {}).get("target_points"),
+                target_points=((fact.measurement if fact else None) or {}).get("target_points"),
                 bound=num.get("throughput_bound") or den.get("throughput_bound") or "",
             )
         )  # fmt: skip
@@ -466,17 +506,17 @@ def burst_scaling(rows: list[dict[str, Any]]) -> list[BurstScaling]:
     return out
 
 
-def _cell_rows(facts: dict[str, dict[str, Any]], mdf: pd.DataFrame, conditions: dict[str, Any]) -> pd.DataFrame:
+def _cell_rows(facts: Mapping[str, ServerFacts], mdf: pd.DataFrame, conditions: dict[str, Any]) -> pd.DataFrame:
     """One row per server x condition x burst that the servers' configs list, with its statistics where it was
     measured (summarize_cell) and a status that says why where it was not."""
     rows: list[dict[str, Any]] = []
     for server, fact in sorted(facts.items()):
-        cfg = fact.get("config", {})
+        cfg = fact.config
         base = {
             "server": server,
-            "engine": fact.get("engine"),
-            "engine_version": fact.get("engine_version"),
-            "status": fact.get("status", "ok"),
+            "engine": fact.engine,
+            "engine_version": fact.engine_version,
+            "status": fact.status,
             **{k: cfg.get(k) for k in SERVER_KEYS},
         }
         for cond in cfg.get("conditions", []):
@@ -493,9 +533,9 @@ def _cell_rows(facts: dict[str, dict[str, Any]], mdf: pd.DataFrame, conditions: 
                     measured = sel[~sel["warmup"].astype(bool)]
                     warm = sel[sel["warmup"].astype(bool)]
                     if len(measured):
-                        how = fact.get("measurement") or {}
+                        how = fact.measurement or {}
                         slow = float(how.get("outlier_fraction") or 0.75)
-                        cell.update(summarize_cell(measured, warm, how.get("target_ci_pct"), slow))
+                        cell.update(summarize_cell(measured, warm, how.get("target_ci_pct"), slow).to_json())
                         cell["warmup_throughput"] = float(warm["throughput_tok_s"].median()) if len(warm) else None
                     else:
                         cell["status"] = "missing: no measurements"
@@ -519,40 +559,36 @@ def _baseline_ratios(sdf: pd.DataFrame, baseline: dict[str, Any] | None) -> None
             sdf.loc[same, "baseline"] = f"{baseline['server']}/{baseline['condition']}"
 
 
-def _gpu_used(f: dict[str, Any], key: str) -> Any:
-    g = f.get(key)
-    return sum(x["used_mib"] for x in g) if g else None
-
-
-def _fact_row(server: str, f: dict[str, Any]) -> dict[str, Any]:
+def _fact_row(server: str, f: ServerFacts) -> dict[str, Any]:
     """One server's facts as a table row: settings, readiness, what its log says, memory, where its time went."""
-    lg = f.get("log", {})
-    probes = f.get("probes", {})
-    machine = f.get("machine") or {}
+    lg = f.log or {}
+    probes = f.probes or {}
+    machine = f.machine or {}
+    memory = f.memory or {}
     return {
         "server": server,
-        "engine": f.get("engine"),
-        "engine_version": f.get("engine_version"),
-        "status": f.get("status", "ok"),
-        **{k: f.get("config", {}).get(k) for k in SERVER_KEYS},
-        "readiness_s": f.get("readiness_s"),
+        "engine": f.engine,
+        "engine_version": f.engine_version,
+        "status": f.status,
+        **{k: f.config.get(k) for k in SERVER_KEYS},
+        "readiness_s": f.readiness_s,
         "kv_cache_tokens": lg.get("kv_cache_tokens"),
         "max_concurrency_x": lg.get("max_concurrency_x"),
         "cuda_graph_captures": lg.get("cuda_graph_captures"),
         "attention_backend": lg.get("attention_backend"),
         "torch_compile_s": lg.get("torch_compile_s"),
         "compile_cache": lg.get("compile_cache"),
-        "readiness_starts_s": ";".join(f"{x:.1f}" for x in f.get("readiness_starts_s") or []) or None,
+        "readiness_starts_s": ";".join(f"{x:.1f}" for x in f.readiness_starts_s or []) or None,
         "engine_init_s": lg.get("engine_init_s"),
-        "gpu_mem_ready_mib": _gpu_used(f, "gpu_memory_ready_mib"),
+        "gpu_mem_ready_mib": f.gpu_used_mib("gpu_memory_ready_mib"),
         "gpu_mem_peak_mib": sum((probes.get("gpu_memory_peak_mib") or {}).values()) or None,
-        "gpu_mem_after_stop_mib": _gpu_used(f, "gpu_memory_after_stop_mib"),
-        "host_rss_ready_mib": f.get("host_rss_ready_mib"),
-        "host_rss_end_mib": f.get("host_rss_end_mib"),
+        "gpu_mem_after_stop_mib": f.gpu_used_mib("gpu_memory_after_stop_mib"),
+        "host_rss_ready_mib": memory.get("host_rss_ready_mib"),
+        "host_rss_end_mib": memory.get("host_rss_end_mib"),
         "hardware": machine.get("hardware"),
         "device": (machine.get("gpus") or [{}])[0].get("name") or machine.get("cpu"),
-        "models_listed_ok": models_listed_ok(probes, list((f.get("config") or {}).get("adapters") or [])),
-        **{f"time_{k}": v for k, v in (f.get("timing") or {}).items()},
+        "models_listed_ok": models_listed_ok(probes, list(f.config.get("adapters") or [])),
+        **{f"time_{k}": v for k, v in (f.timing or {}).items()},
         "wrong_model_status": probes.get("wrong_model_status"),
     }
 
@@ -588,7 +624,7 @@ def aggregate(
     """The study's tables from its server jobs: every measurement (measurements.csv), one row per cell with its
     statistics and ratios (summary.csv), one row per server's facts (server_facts.csv), and all of it with the
     runtime-loading results and environments in summary.json."""
-    facts = {Path(f).parent.name: read_json(f) for f in fact_files}
+    facts = {Path(f).parent.name: ServerFacts.from_json(read_json(f)) for f in fact_files}
     mdf = pd.DataFrame([_flatten(m) for f in measurement_files for m in read_jsonl(f)])
     Path(out["measurements"]).parent.mkdir(parents=True, exist_ok=True)
     mdf.to_csv(out["measurements"], index=False)
@@ -602,7 +638,7 @@ def aggregate(
     runtime = [_runtime_result(read_json(f)) for f in runtime_files]
     prefix = [read_json(f) for f in prefix_files or []]
     envs = [read_json(f) for f in env_files]
-    hardware = next((f.get("machine", {}).get("hardware") for f in facts.values() if f.get("machine")), None)
+    hardware = next((f.machine.get("hardware") for f in facts.values() if f.machine), None)
     records = [_record(r) for r in sdf.to_dict("records")]
     summary = {
         "schema": SUMMARY_SCHEMA,
@@ -612,14 +648,14 @@ def aggregate(
         "per_adapter": [
             {"server": server, **row, "workload": workload_of(conditions.get(row["condition"]) or {})}
             for server, f in sorted(facts.items())
-            for row in (f.get("per_adapter") or [])
+            for row in (f.per_adapter or [])
         ],
         "engine_comparison": [c.to_json() for c in engine_comparison(records)],
         "comparisons": [c.to_json() for c in paired_comparisons(records, facts)],
         "burst_scaling": [c.to_json() for c in burst_scaling(records)],
         "phases": phase_costs(records, facts),
         "facts": [_record(r) for r in fdf.to_dict("records")],
-        "server_facts_raw": facts,
+        "server_facts_raw": {server: f.to_json() for server, f in facts.items()},
         "runtime": runtime,
         "prefix_cache": prefix,
         "envs": envs,

@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from .measure.sweep import Capacity, Slo, SweepResult  # noqa: E402
+from .plots import _save  # noqa: E402
 
 METRICS = {
     "ttft": ("TTFT", "ttft_ms"),
@@ -59,10 +60,7 @@ def latency_vs_rate(results: list[SweepResult], out: Path, metric: str = "ttft",
     ax.set_title(f"{title} against rate (median over cycles; x: over-saturated)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
 
 
 def capacity_by_config(capacities: list[Capacity], out: Path) -> Path | None:
@@ -100,7 +98,4 @@ def capacity_by_config(capacities: list[Capacity], out: Path) -> Path | None:
     ax.set_xlabel("requests/s within the SLO (median over cycles, interval; hatched: a cycle out of range)")
     ax.set_title(f"Capacity at {within}")
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
