@@ -132,3 +132,21 @@ def test_host_speed_per_server_job_against_the_baseline_job():
     older = pd.DataFrame({"server": ["lora-off"]})
     _host_speed(older, pd.DataFrame({"server": ["lora-off"], "throughput_tok_s": [1.0]}), None)  # no probe recorded
     assert older["host_cpu_probe_ms"].isna().all()
+
+
+def test_per_adapter_figures_are_named_pooled_whenever_they_were_measured():
+    from lorabench.measure.measurer import per_adapter
+    from lorabench.summary import pooled_names
+
+    recs = [{"condition": "ab", "burst": 2, "adapter": "a", "ttft_s": t, "latency_s": 2 * t, "itl_s": [0.01]}
+            for t in (0.1, 0.2, 0.3)]  # fmt: skip
+    (row,) = per_adapter(recs)
+    assert row["ttft_median_pooled_ms"] == pytest.approx(200) and "ttft_median_ms" not in row
+    assert pooled_names(row) == row
+    legacy = {"condition": "ab", "burst": 2, "adapter": "a", "requests": 3, "ttft_median_ms": 200.0,
+              "ttft_p90_ms": 280.0, "itl_median_ms": 10.0, "latency_median_ms": 400.0,
+              "latency_p90_ms": 560.0}  # fmt: skip
+    assert pooled_names(legacy) == {"condition": "ab", "burst": 2, "adapter": "a", "requests": 3,
+                                    "ttft_median_pooled_ms": 200.0, "ttft_p90_pooled_ms": 280.0,
+                                    "itl_median_pooled_ms": 10.0, "latency_median_pooled_ms": 400.0,
+                                    "latency_p90_pooled_ms": 560.0}  # fmt: skip

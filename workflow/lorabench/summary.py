@@ -76,6 +76,16 @@ INT_KEYS = (
 )
 
 
+# Per-adapter figures are pooled over requests; jobs measured before they were named so wrote them as cells' are.
+POOLED = {f"{n}_{q}_ms": f"{n}_{q}_pooled_ms" for n, q in (("ttft", "median"), ("ttft", "p90"), ("itl", "median"),
+                                                          ("latency", "median"), ("latency", "p90"))}  # fmt: skip
+
+
+def pooled_names(row: dict[str, Any]) -> dict[str, Any]:
+    """A per-adapter row with its pooled figures under their own names (``*_pooled_ms``), whenever it was measured."""
+    return {POOLED.get(k, k): v for k, v in row.items()}
+
+
 def _record(row: dict[str, Any]) -> dict[str, Any]:
     out = {k: _clean(v) for k, v in row.items()}
     for k in INT_KEYS:
@@ -646,7 +656,7 @@ def aggregate(
         "hardware": hardware,
         "rows": records,
         "per_adapter": [
-            {"server": server, **row, "workload": workload_of(conditions.get(row["condition"]) or {})}
+            {"server": server, **pooled_names(row), "workload": workload_of(conditions.get(row["condition"]) or {})}
             for server, f in sorted(facts.items())
             for row in (f.per_adapter or [])
         ],

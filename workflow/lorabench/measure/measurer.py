@@ -106,7 +106,9 @@ def job_targets(job: ServerJob) -> Targets:
 
 def per_adapter(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per condition, burst and adapter, from the measured (non-warm-up) requests: how many, their TTFT, ITL and
-    end-to-end medians and p90. Within one mix, this shows whether one adapter waits for another (slot deferral)."""
+    end-to-end medians and p90, pooled over the requests of every burst (``*_pooled_ms``: not the median over
+    bursts of each burst's figure, as a cell's are). Within one mix, this shows whether one adapter waits for another
+    (slot deferral)."""
     groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     for r in records:
         if r.get("warmup") or r.get("error"):
@@ -121,11 +123,11 @@ def per_adapter(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "burst": burst,
                 "adapter": adapter,
                 "requests": len(rs),
-                "ttft_median_ms": median_ms([r["ttft_s"] for r in rs]),
-                "ttft_p90_ms": pct_ms([r["ttft_s"] for r in rs], 90),
-                "itl_median_ms": median_ms(itl),
-                "latency_median_ms": median_ms([r["latency_s"] for r in rs]),
-                "latency_p90_ms": pct_ms([r["latency_s"] for r in rs], 90),
+                "ttft_median_pooled_ms": median_ms([r["ttft_s"] for r in rs]),
+                "ttft_p90_pooled_ms": pct_ms([r["ttft_s"] for r in rs], 90),
+                "itl_median_pooled_ms": median_ms(itl),
+                "latency_median_pooled_ms": median_ms([r["latency_s"] for r in rs]),
+                "latency_p90_pooled_ms": pct_ms([r["latency_s"] for r in rs], 90),
             }
         )
     return out
