@@ -142,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--part-mb",
         type=int,
-        default=36,
-        help="largest part (MiB); a device call carries one with the tree (25 MiB in 2026-12), under 64 MiB",
+        default=30,
+        help="largest part (MiB); a device call carries one with the tree (30 MiB on 2026-12-03), under 64 MiB",
     )
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "gpu", help="the lab's GPU notes")
     args = ap.parse_args(argv)
