@@ -16,7 +16,7 @@ S=/tmp/es
 W=$S/w
 SITE=${SITE:-dev/device-site.yaml}
 export PYTHONPATH=/tmp/site:$W/workflow PYTHONUNBUFFERED=1
-smk() { (cd "$W" && python3 -m snakemake --cores 1 --scheduler greedy --rerun-incomplete --configfile "$1" "$SITE" --replace-workflow-config "${@:2}"); }
+smk() { (cd "$W" && python3 -m snakemake --cores "${CORES:-1}" --scheduler greedy --rerun-incomplete --configfile "$1" "$SITE" --replace-workflow-config "${@:2}"); }
 step() { echo "STEP $* $(date +%T)" | tee -a "$S/steps.log"; }
 
 case "${1:-}" in
@@ -29,8 +29,11 @@ case "${1:-}" in
       touch /tmp/site/.snake-ready
     fi
     step prepare "$cfg"
-    adapters=$(python3 -c "import yaml;print(' '.join('results/adapters/%s.json'%a for a in yaml.safe_load(open('$cfg'))['adapters']))")
-    smk "$cfg" results/model/manifest.json results/workload/requests.json $adapters > "$S/prepare.log" 2>&1 \
+    # every adapter, families' members included (the config as the workflow reads it)
+    adapters=$(cd "$W" && python3 -c "from lorabench.config import load_file
+print(' '.join('results/adapters/%s.json' % a for a in load_file('$cfg')['adapters']))") || exit 6
+    # the inputs are CPU jobs: every core of the host (many adapters build side by side, not one after another)
+    CORES=$(nproc) smk "$cfg" results/model/manifest.json results/workload/requests.json $adapters > "$S/prepare.log" 2>&1 \
       || { step FAILED prepare; grep -E "Error|error" "$S/prepare.log" | tail -5 | cut -c1-200; exit 6; }
     step prepared
     ;;
