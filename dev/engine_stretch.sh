@@ -10,9 +10,11 @@
 #   bash dev/engine_stretch.sh wait SECONDS           poll until the run stops or SECONDS pass, then status
 #   bash dev/engine_stretch.sh status                 steps so far and the last cycle lines
 #   bash dev/engine_stretch.sh pack OUTDIR            one archive per finished job (records compressed), plus logs
-# SITE: the overlay naming the machine's engine installations (default dev/device-site.yaml).
+# SITE: the overlay naming the machine's engine installations (default dev/device-site.yaml). ES: the folder of this
+# run (default /tmp/es; a second study on the same machine takes another, e.g. ES=/tmp/es2). SEED_FROM: at prepare,
+# a work folder of another run whose model and adapters (the same config keys) are copied instead of built again.
 set -u
-S=/tmp/es
+S=${ES:-/tmp/es}
 W=$S/w
 SITE=${SITE:-dev/device-site.yaml}
 export PYTHONPATH=/tmp/site:$W/workflow PYTHONUNBUFFERED=1
@@ -23,12 +25,17 @@ case "${1:-}" in
   prepare)
     cfg=${2:?config}
     mkdir -p "$S"; rm -rf "$W"; mkdir -p "$W"
-    tar --exclude=./.kit --exclude=./.kit-sglang --exclude=./.whl-snake --exclude=./results --exclude=./.git -cf - . | tar -xf - -C "$W"
+    tar --exclude=./.kit --exclude=./.kit-sglang --exclude=./.kit-vllm --exclude=./.whl-snake --exclude=./results --exclude=./.git -cf - . | tar -xf - -C "$W"
     if [ ! -f /tmp/site/.snake-ready ]; then
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl-snake/*.whl || exit 5
       touch /tmp/site/.snake-ready
     fi
     step prepare "$cfg"
+    if [ -n "${SEED_FROM:-}" ]; then
+      # newer than the tree just laid, so that no input looks changed; without Snakemake's records nothing else triggers
+      mkdir -p "$W/results" && cp -a "$SEED_FROM/results/model" "$SEED_FROM/results/adapters" "$W/results/" \
+        && find "$W/results" -exec touch {} + || exit 6
+    fi
     # every adapter, families' members included (the config as the workflow reads it)
     adapters=$(cd "$W" && python3 -c "from lorabench.config import load_file
 print(' '.join('results/adapters/%s.json' % a for a in load_file('$cfg')['adapters']))") || exit 6
