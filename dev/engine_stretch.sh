@@ -7,7 +7,10 @@
 #                                                     first, then by slot count); ONLY=REGEX keeps matching targets;
 #                                                     RUNTIME=1 adds the engine's runtime-loading jobs, last;
 #                                                     SWEEP=1 its rate sweeps (rate_sweep.servers), after them
-#   bash dev/engine_stretch.sh wait SECONDS           poll until the run stops or SECONDS pass, then status
+#   bash dev/engine_stretch.sh wait SECONDS [OUTDIR]  poll until the run stops or SECONDS pass, then status; with
+#                                                     OUTDIR ($OUT), pack what has finished so far into it: every
+#                                                     poll brings the finished jobs back, a lost machine loses only
+#                                                     the job in flight
 #   bash dev/engine_stretch.sh status                 steps so far and the last cycle lines
 #   bash dev/engine_stretch.sh pack OUTDIR            one archive per finished job (records compressed), plus logs
 # SITE: the overlay naming the machine's engine installations (default dev/device-site.yaml). ES: the folder of this
@@ -83,6 +86,7 @@ print(' '.join(['results/servers/%s/facts.json' % s for s in srv] + extra))")
       sleep 10
     done
     bash "$0" status
+    [ -n "${3:-}" ] && bash "$0" pack "$3" > /dev/null && ls "$3"
     ;;
   pack)
     out=${2:?output folder}
