@@ -25,22 +25,24 @@ def minutes(out: str, job: str) -> tuple[float, float]:
 def test_calibrated_estimate_brackets_what_the_saved_job_took():
     proc = estimate("config/gpu-h200-8b.yaml", "--from", "studies/h200-8b")
     assert proc.returncode == 0, proc.stderr
-    # the saved jobs ran 208.9, 419.3, 407.3 and 424.9 s (facts.json timing.total_s) with the config's settings
+    # the saved jobs ran 208.9, 419.3, 407.3, 424.9 and 170.0 s (facts.json timing.total_s) with the config's settings
     # (sglang-lora-4, 304.6 s, was the machine's second SGLang server: ready in 65 s instead of 146 s, under the
     # estimate, which takes every start as a first one)
-    jobs = (("vllm-lora-off", 208.9), ("vllm-lora-2", 419.3), ("vllm-lora-4", 407.3), ("sglang-lora-2", 424.9))
+    jobs = (("vllm-lora-off", 208.9), ("vllm-lora-2", 419.3), ("vllm-lora-4", 407.3), ("sglang-lora-2", 424.9),
+            ("sglang-lora-off", 170.0))  # fmt: skip
     for job, took in jobs:
         lo, hi = minutes(proc.stdout, job)
         assert 0.95 * lo < took / 60 < hi, (job, lo, hi)
     assert re.search(r"^vllm-lora-4 .* 24 cells x 9 cycles of ~2\d s$", proc.stdout, re.M), proc.stdout
-    assert re.search(r"^sglang-lora-2-runtime .*\(defaults\)$", proc.stdout, re.M)  # no runtime job saved yet
+    assert re.search(r"^vllm-lora-2-runtime .*\(defaults\)$", proc.stdout, re.M)  # its runtime job not saved yet
+    assert re.search(r"^sglang-lora-2-runtime .*runtime loading$", proc.stdout, re.M)  # timed from the saved one
 
 
 def test_left_counts_only_jobs_not_saved_with_the_current_settings():
     proc = estimate("config/gpu-h200-8b.yaml", "--from", "studies/h200-8b", "--left", "studies/h200-8b")
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"^vllm-lora-2\s+vllm\s+done", proc.stdout, re.M)
-    minutes(proc.stdout, "sglang-lora-off")  # not measured yet
+    minutes(proc.stdout, "vllm-lora-2-runtime")  # not measured yet
     assert "total left" in proc.stdout
     # server jobs saved with method v1 are measured again under the current settings; runtime loading is kept
     old = estimate("config/gpu-h200-both.yaml", "--from", "studies/h200-8b", "--left", "studies/h200-both")
@@ -59,8 +61,9 @@ def test_targets_list_what_a_stretch_runs_in_order_with_its_high_estimate(tmp_pa
     # the committed study with one vLLM job taken out, and no SGLang job saved yet
     left = tmp_path / "h200-8b"
     shutil.copytree(ROOT / "studies/h200-8b", left, ignore=shutil.ignore_patterns("report", "summary", "*.gz"))
-    for job in ("vllm-lora-2", "sglang-lora-2", "sglang-lora-4"):
+    for job in ("vllm-lora-2", "sglang-lora-off", "sglang-lora-2", "sglang-lora-4"):
         shutil.rmtree(left / "servers" / job)
+    shutil.rmtree(left / "runtime_load/sglang-lora-2")
     proc = estimate("config/gpu-h200-8b.yaml", "--from", "studies/h200-8b", "--left", str(left), "--targets")
     assert proc.returncode == 0, proc.stderr
     rows = [line.split() for line in proc.stdout.splitlines()]
