@@ -7,7 +7,8 @@
 #   bash dev/device_stretch.sh status                               steps so far, last lines of the current one
 #   bash dev/device_stretch.sh pack OUTDIR                          finished jobs (one archive each: servers-X.tgz,
 #                                                                     runtime_load-X.tgz, prefix_cache-X.tgz), manifests, logs
-#   bash dev/device_stretch.sh wait SECONDS                         poll until the driver stops or SECONDS pass
+#   bash dev/device_stretch.sh wait SECONDS [OUTDIR]                poll until the driver stops or SECONDS pass;
+#                                                                     with OUTDIR ($OUT), pack what has finished
 # With "stability": benchmarks/stability.py first, on each server of STAB_SERVERS (default: the 2-slot LoRA
 # servers), cell STAB_CONDITION x STAB_BURST (ab x 48), STAB_ROUNDS rounds (6) of STAB_MIN_S seconds (2.5),
 # STAB_VARIANTS (default: the benchmark's own).
@@ -104,6 +105,7 @@ case "${1:-}" in
       sleep 10
     done
     bash "$0" status
+    [ -n "${3:-}" ] && bash "$0" pack "$3" > /dev/null && ls "$3"
     ;;
   pack)
     # One archive per finished job (records compressed by study_results.py), each well under the 16 MiB a file
