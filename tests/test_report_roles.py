@@ -180,3 +180,32 @@ def test_a_condition_of_another_workload_takes_no_role_unless_given_one():
     assert role_conditions(config) == {"base": "base", "one-adapter": "a"}
     config["conditions"]["long-a"]["role"] = "one-adapter"
     assert role_conditions(config)["one-adapter"] == "long-a"
+
+
+def test_a_finding_about_one_engine_carries_only_the_claims_about_that_engine_or_none():
+    # the committed H200 study: both engines enable LoRA; the source's "enabling LoRA is free" claims are about
+    # vLLM and judged on its servers, so SGLang's answer (-12 to -13 %) must not show them as reproduced
+    from lorabench.claims import claim_engines
+    from lorabench.config import load_file
+
+    study = ROOT / "studies" / "h200-8b"
+    summary, verdicts = read_json(study / "summary/summary.json"), read_json(study / "claims/verdicts.json")
+    cfg = load_file(str(ROOT / "config" / "gpu-h200-8b.yaml"))
+    engines = claim_engines(verdicts["claims"])
+    assert engines["s6-lora-enabled-free"] == "vllm" and engines["s41-sgl-slot-cliff"] == "sglang"
+    found = findings(summary["rows"], summary["runtime"], [], [], summary["facts"], [], config=cfg,
+                     links=finding_links(verdicts["claims"]), claim_engines=engines)  # fmt: skip
+    by = {(f.get("engine"), f["key"]): f["claims"] for f in found}
+    assert by[("vllm", "enable")] == ["s6-lora-enabled-free", "s7-lora-enabled-free"]
+    assert by[("sglang", "enable")] == []
+    assert by[("sglang", "slots")] == ["s41-sgl-slot-cliff"]
+    assert "s41-sgl-slot-cliff" not in by[("vllm", "slots")] and "s6-slot-shortage-half" in by[("vllm", "slots")]
+    # the runtime-loading claims are about vLLM: SGLang's runtime job answers without them
+    assert all(c not in by[("sglang", "runtime")] for c in ("s5-runtime-load-time", "s7-adapter-deploy-seconds"))
+    # a claim that names no engine stays on every engine's finding
+    anyone = {**engines, "s6-lora-enabled-free": None}
+    found = findings(summary["rows"], [], [], [], [], [], config=cfg, links=finding_links(verdicts["claims"]),
+                     claim_engines=anyone)  # fmt: skip
+    assert [f["claims"] for f in found if f["key"] == "enable" and f["engine"] == "sglang"] == [
+        ["s6-lora-enabled-free"]
+    ]

@@ -51,7 +51,8 @@ def _throughput_span(num: dict[str, Any], den: dict[str, Any]) -> Span:
 class Verdict:
     """One claim judged against this run (verdicts.json ``claims``): the registry's entry as it stands (statement,
     claimed figure, measure, rule), what this run measured, the verdict (one of VERDICTS), why, and the evidence
-    (rows, servers or artifacts) it rests on. ``finding``: the report finding that carries it, if any."""
+    (rows, servers or artifacts) it rests on. ``finding``: the report finding that carries it, if any; ``engine``:
+    the engine the claim is about (its measure's or scope's), None when it names none."""
 
     id: str
     source: str
@@ -69,13 +70,15 @@ class Verdict:
     why: str
     evidence: list[str]
     finding: str | None = None
+    engine: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "source": self.source, "section": self.section, "statement": self.statement,
                 "claimed": self.claimed, "context": self.context, "measure": self.measure, "rule": self.rule,
                 "measured": self.measured, "measured_text": self.measured_text, "claimed_text": self.claimed_text,
                 "rule_result": self.rule_result, "verdict": self.verdict, "why": self.why, "evidence": self.evidence,
-                **({"finding": self.finding} if self.finding else {})}  # fmt: skip
+                **({"finding": self.finding} if self.finding else {}),
+                **({"engine": self.engine} if self.engine else {})}  # fmt: skip
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Verdict:
@@ -84,7 +87,7 @@ class Verdict:
         return cls(d["id"], d["source"], str(d["section"]), d["statement"], d["claimed"], d.get("context"),
                    d["measure"], d["rule"], d.get("measured"), d["measured_text"], d["claimed_text"],
                    d.get("rule_result"), d["verdict"], d["why"], list(d.get("evidence") or []),
-                   d.get("finding"))  # fmt: skip
+                   d.get("finding"), d.get("engine"))  # fmt: skip
 
 
 class Inconclusive(str):
@@ -285,7 +288,7 @@ def _single(claim: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, s
         return _slot_shortage_defers(ctx, m.get("engine"))
     if kind == "probe":
         # a claim about one engine is judged on that engine's servers and jobs only
-        ctx.engine_scope = m.get("engine") or (claim.get("scope") or {}).get("engine")
+        ctx.engine_scope = claim_engine(claim)
         return _probe(m["probe"], ctx)
     if kind == "server_fact":
         return _server_fact(m["fact"], m.get("select", {}), ctx)
@@ -686,6 +689,7 @@ def evaluate(claims: list[dict[str, Any]], ctx: Context) -> list[Verdict]:
                 why=why,
                 evidence=evidence,
                 finding=claim.get("finding") or None,
+                engine=claim_engine(claim),
             )
         )
     return out
@@ -719,6 +723,23 @@ def load_claims(path: str | Path) -> list[dict[str, Any]]:
                 f"{path}: claim {c['id']}: finding must be the key of a report finding, not {c['finding']!r}"
             )
     return claims
+
+
+def claim_engine(claim: dict[str, Any]) -> str | None:
+    """The engine a registry entry is about: its measure's, else its scope's; None when it names none."""
+    return claim["measure"].get("engine") or (claim.get("scope") or {}).get("engine") or None
+
+
+def claim_engines(claims: Iterable[dict[str, Any] | Verdict]) -> dict[str, str | None]:
+    """Claim id -> the engine it is about (registry entries or verdicts; a verdict file written before verdicts
+    named their engine gives its measure's)."""
+    out: dict[str, str | None] = {}
+    for c in claims:
+        if isinstance(c, Verdict):
+            out[c.id] = c.engine
+        else:
+            out[c["id"]] = c.get("engine") or claim_engine(c)
+    return out
 
 
 def finding_links(claims: Iterable[dict[str, Any] | Verdict]) -> dict[str, list[str]]:

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from . import plots, provenance, stats
-from .claims import finding_links
+from .claims import claim_engines, finding_links
 from .config import schema_default
 from .io import read_json
 from .job import server_job
@@ -214,6 +214,7 @@ def build(inputs: ReportInputs, out_dir: Path, checkout: Path, hardware_path: st
             summary.get("comparisons", []),
             config=config,
             links=finding_links(verdicts["claims"]),
+            claim_engines=claim_engines(verdicts["claims"]),
         ),
         cost={
             "rows": rows,
@@ -411,8 +412,11 @@ def _cell(rows: list[dict[str, Any]], burst: int, lora: bool, cond: str, most_sl
     return rs[0] if rs else None
 
 
-def _finding(key: str, question: str, what: str, pairs: list[tuple[int, Any, Any]]) -> dict[str, Any] | None:
-    """One finding over every burst: each burst's median ratio and span, then where it is beyond the spread."""
+def _finding(
+    key: str, engine: str, question: str, what: str, pairs: list[tuple[int, Any, Any]]
+) -> dict[str, Any] | None:
+    """One finding about one engine over every burst: each burst's median ratio and span, then where it is beyond
+    the spread."""
     parts, beyond = [], []
     pairs = [(b, n, d) for b, n, d in pairs if n and d]
     for burst, num, den in pairs:
@@ -428,7 +432,7 @@ def _finding(key: str, question: str, what: str, pairs: list[tuple[int, Any, Any
         verdict = "a difference beyond our spread at every burst"
     else:
         verdict = f"a difference beyond our spread at burst {', '.join(beyond)}, within it elsewhere"
-    return {"key": key, "question": question, "answer": f"{what}: {'; '.join(parts)} ({verdict})"}
+    return {"key": key, "engine": engine, "question": question, "answer": f"{what}: {'; '.join(parts)} ({verdict})"}
 
 
 COUNT_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -589,12 +593,15 @@ def _side_findings(
     jobs: list[dict[str, Any]], key: str, question: str, answer: Callable[[dict[str, Any]], str]
 ) -> list[dict[str, Any]]:
     """One finding per runtime-loading or prefix-caching job that ran. The claims on them are evaluated on the
-    first job that ran, so only its finding carries them (``key``; the others ``key-more``)."""
+    first job of their engine that ran, so only that job's finding carries them (``key``; the others of the same
+    engine ``key-more``)."""
     ran = [j for j in jobs if j.get("status") == "ok"]
+    first = {j["engine"]: j for j in reversed(ran)}
     return [
-        {"key": key if j is ran[0] else f"{key}-more", "question": f"{j['engine']}: {question}", "answer": answer(j)}
+        {"key": key if first[j["engine"]] is j else f"{key}-more", "engine": j["engine"],
+         "question": f"{j['engine']}: {question}", "answer": answer(j)}
         for j in ran
-    ]
+    ]  # fmt: skip
 
 
 def findings(
@@ -606,12 +613,15 @@ def findings(
     comparisons: list[dict[str, Any]] | None = None,
     config: dict[str, Any] | None = None,
     links: dict[str, list[str]] | None = None,
+    claim_engines: dict[str, str | None] | None = None,
 ) -> list[dict]:
     """What the run answers, first: the cost of enabling LoRA, of one adapter, of too few slots, of runtime
     loading, and the engine comparison. Each answer names the rows it comes from and says whether the difference
     is beyond our span (stats.ratio_span: paired by time within one server job). The conditions compared are the
     ``config``'s of role base, one-adapter and over-slots (roles.role_conditions; without a config, none); each
-    finding carries the claims ``links`` gives its key (claims.finding_links: the registry's ``finding``)."""
+    finding carries the claims ``links`` gives its key (claims.finding_links: the registry's ``finding``); a finding
+    about one engine only those about that engine or none (``claim_engines``: claims.claim_engines), so that a
+    claim judged on vLLM is never shown under SGLang's answer."""
     ok = [r for r in rows if r.get("status") == "ok" and r.get("throughput_median")]
     found: list[dict[str, Any] | None] = []
     st = stability(rows)
@@ -635,18 +645,18 @@ def findings(
             if on and off:
                 pairs = [(b, _cell(eng, b, True, base), _cell(eng, b, False, base)) for b in bursts]
                 what = f"base-model requests on {on['server']} vs {off['server']}"
-                found.append(_finding("enable", f"{engine}: what does merely enabling LoRA cost?", what, pairs))
+                found.append(_finding("enable", engine, f"{engine}: what does merely enabling LoRA cost?", what, pairs))
             if on and one:
                 pairs = [(b, _cell(eng, b, True, one), _cell(eng, b, True, base)) for b in bursts]
                 what = f"adapter {one} vs {base} on {on['server']}"
-                found.append(_finding("adapter", f"{engine}: what does serving one adapter cost?", what, pairs))
+                found.append(_finding("adapter", engine, f"{engine}: what does serving one adapter cost?", what, pairs))
         if over and config:
             few, many = _cell(eng, bursts[0], True, over), _cell(eng, bursts[0], True, over, most_slots=True)
             if few and many and few.get("max_loras") != many.get("max_loras"):
                 pairs = [(b, _cell(eng, b, True, over), _cell(eng, b, True, over, most_slots=True)) for b in bursts]
                 n = _count(len(adapter_set(config["conditions"][over])))
                 what = f"{n} adapters ({over}) on {few['max_loras']} slots vs {many['max_loras']} slots"
-                found.append(_finding("slots", f"{engine}: what do too few adapter slots cost?", what, pairs))
+                found.append(_finding("slots", engine, f"{engine}: what do too few adapter slots cost?", what, pairs))
     out: list[dict[str, Any]] = [f for f in found if f]
     out += _side_findings(runtime, "runtime", "how fast is loading an adapter at run time?", _runtime_answer)
     out += _side_findings(prefix or [], "prefix", "is the prefix cache kept separate per adapter?", _prefix_answer)
@@ -656,6 +666,8 @@ def findings(
         med = statistics.median(c["ratio_pct"] for c in comparison)
         a = f"{len(diffs)} of {len(comparison)} paired rows differ beyond the spread; median ratio {med:+.1f}%"
         out.append({"key": "engines", "question": f"{c0['b_engine']} against {c0['a_engine']}", "answer": a})
+    engine_of = claim_engines or {}
     for f in out:
-        f["claims"] = list((links or {}).get(f["key"], ()))
+        ids = (links or {}).get(f["key"], ())
+        f["claims"] = [c for c in ids if f.get("engine") is None or engine_of.get(c) in (None, f["engine"])]
     return out
