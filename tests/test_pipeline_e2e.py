@@ -38,15 +38,19 @@ def copy_repo(dest: Path) -> Path:
     return dest
 
 
-def run_study(dest: Path, config: str, built: Path | None = None) -> Path:
+def run_study(dest: Path, config: str, built: Path | None = None, **settings: object) -> Path:
     """A copy of the checkout in ``dest`` with the study of ``config`` (config/studies/...) run to its report;
-    where ``built`` (``conftest.built_inputs``) is given, from those inputs and with ``EAGER`` servers."""
+    where ``built`` (``conftest.built_inputs``) is given, from those inputs and with ``EAGER`` servers, and with
+    the top-level ``settings`` (e.g. max_repetitions) written over the config's."""
     work = copy_repo(dest)
     if built is not None:
         seed_inputs(work, built)
         cfg = yaml.safe_load((work / config).read_text())
         for srv in cfg["servers"].values():
             srv["args"] = {**srv.get("args", {}), **EAGER}
+        for key in settings:
+            assert key in cfg, f"{config} has no top-level {key}"
+        cfg.update(settings)
         (work / config).write_text(yaml.safe_dump(cfg, sort_keys=False))
     snakemake(work, "--configfile", config, "--replace-workflow-config")
     return work
