@@ -592,14 +592,14 @@ def _stability_answer(st: dict[str, Any]) -> str:
 def _side_findings(
     jobs: list[dict[str, Any]], key: str, question: str, answer: Callable[[dict[str, Any]], str]
 ) -> list[dict[str, Any]]:
-    """One finding per runtime-loading or prefix-caching job that ran. The claims on them are evaluated on the
-    first job of their engine that ran, so only that job's finding carries them (``key``; the others of the same
-    engine ``key-more``)."""
+    """One finding per runtime-loading or prefix-caching job that ran. A claim on them is evaluated on the first
+    job of its engine that ran (a claim naming no engine: on the first job), so only that job's finding carries it
+    (``key``; the others of the same engine ``key-more``; ``engine_only``: not the first job)."""
     ran = [j for j in jobs if j.get("status") == "ok"]
     first = {j["engine"]: j for j in reversed(ran)}
     return [
         {"key": key if first[j["engine"]] is j else f"{key}-more", "engine": j["engine"],
-         "question": f"{j['engine']}: {question}", "answer": answer(j)}
+         "engine_only": j is not ran[0], "question": f"{j['engine']}: {question}", "answer": answer(j)}
         for j in ran
     ]  # fmt: skip
 
@@ -669,5 +669,11 @@ def findings(
     engine_of = claim_engines or {}
     for f in out:
         ids = (links or {}).get(f["key"], ())
-        f["claims"] = [c for c in ids if f.get("engine") is None or engine_of.get(c) in (None, f["engine"])]
+        f["claims"] = [
+            c
+            for c in ids
+            if f.get("engine") is None
+            or engine_of.get(c) == f["engine"]
+            or (engine_of.get(c) is None and not f.get("engine_only"))
+        ]
     return out
