@@ -213,7 +213,11 @@ def test_a_finding_about_one_engine_carries_only_the_claims_about_that_engine_or
 
 def test_a_side_job_claim_naming_no_engine_stays_with_the_first_job_that_ran():
     # SGLang's runtime-loading job of the committed H200 study, then the same figures as if two vLLM jobs had run
-    sglang = next(r for r in read_json(ROOT / "studies/h200-8b/summary/summary.json")["runtime"] if r["status"] == "ok")
+    sglang = next(
+        r
+        for r in read_json(ROOT / "studies/h200-8b/summary/summary.json")["runtime"]
+        if r["status"] == "ok" and r["engine"] == "sglang"
+    )
     jobs = [sglang, {**sglang, "engine": "vllm"}, {**sglang, "engine": "vllm"}]
     links = {"runtime": ["about-vllm", "about-none"]}
     engines = {"about-vllm": "vllm", "about-none": None}

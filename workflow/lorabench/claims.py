@@ -32,6 +32,7 @@ import yaml
 from .adapters import lora_parameter_count
 from .engines.base import models_listed_ok
 from .io import read_json, write_json
+from .runtime_figures import cold_vs_resident
 from .stats import fmt_num, paired_ratios, ratio_span
 
 log = logging.getLogger(__name__)
@@ -399,17 +400,15 @@ def _cold_slower(ctx: Context) -> ProbeResult:
     rt, why = _loaded(ctx)
     if not rt:
         return None, why, []
-    # "Slower" must exceed the resident adapter's own variation across cycles (and at least 2 %).
-    resident = [c["resident_latency_ms"] for c in rt["cycles"]]
-    res_med = statistics.median(resident)
-    margin = max(0.02, (max(resident) - min(resident)) / res_med)
-    cold = rt["cold_latency_ms_median"]
+    cv = cold_vs_resident([c for c in rt["cycles"] if c["load_status"] == 200])
     return (
-        cold > res_med * (1 + margin),
+        cv["slower"],
         (
-            f"median latency cold {cold:.1f} ms vs resident {res_med:.1f} ms ({100 * (cold / res_med - 1):+.1f}%; "
-            f"counts as slower above +{100 * margin:.1f}%, the resident requests' own range); warmed new "
-            f"adapter {rt['warm_latency_ms_median']:.1f} ms"
+            f"median latency cold {cv['cold_latency_ms']:.1f} ms vs resident {cv['resident_latency_ms']:.1f} ms "
+            f"({100 * (cv['cold_latency_ms'] / cv['resident_latency_ms'] - 1):+.1f}%; counts as slower above "
+            f"+{100 * cv['margin']:.1f}%, the resident requests' own range); TTFT cold minus resident "
+            f"{cv['ttft_diff_ms_median']:+.1f} ms (median of {cv['cycles']} cycles, paired; higher in "
+            f"{cv['ttft_cold_higher']}); warmed new adapter {rt['warm_latency_ms_median']:.1f} ms"
         ),
         [f"runtime_load:{rt['server']}"],
     )
