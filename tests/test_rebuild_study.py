@@ -124,3 +124,24 @@ def test_rebuild_stages_rate_sweeps_and_publishes_the_capacity_tables(tmp_path: 
     assert rows[("base", "lora-off")]["status"] == "ok" and rows[("base", "lora-off")]["capacity_per_s"] > 0
     assert rows[("base", "lora-4")]["status"].startswith("not measured yet"), rows
     assert "Capacity at" in (out / "report" / "index.html").read_text()
+
+
+def test_a_study_whose_prompts_need_the_tokenizer_rebuilds_from_its_saved_request_set(tmp_path: Path):
+    """studies/prefill-decode-h200: its long prompts have a length in tokens, which only the model's tokenizer can
+    make again, and the weights stay behind; the gzipped request set published with it stands in."""
+    study = ROOT / "studies" / "prefill-decode-h200"
+    config = "config/studies/prefill-decode-h200.yaml"
+    res, out = tmp_path / "results", tmp_path / "study"
+    restore = [sys.executable, str(ROOT / "dev" / "study_results.py"), "restore", str(study), str(res), config]
+    assert subprocess.run(restore, cwd=ROOT, capture_output=True, timeout=120).returncode == 0
+    for sub in ("envs", "adapters", "model", "workload"):
+        shutil.copytree(study / sub, res / sub)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "rebuild_study.py"), str(res), str(out), "--config", config],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert (out / "workload" / "requests.json.gz").read_bytes() == (study / "workload/requests.json.gz").read_bytes()
+    phases = read_json(out / "summary" / "summary.json")["phases"]
+    assert phases == read_json(study / "summary" / "summary.json")["phases"]
+    assert {p["workload"] for p in phases} == {"default", "long-prompt"}

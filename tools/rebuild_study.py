@@ -9,14 +9,16 @@ usage: .venv/bin/python tools/rebuild_study.py RESULTS_DIR OUT_DIR --config conf
 
 RESULTS_DIR holds what study_results.py restores (servers/*, runtime_load/*, prefix_cache/*, rate_sweep/*) plus
 envs/*.json, adapters/*.json and model/manifest.json. Servers and sweeps of the config not measured yet get stub
-outputs that say so; the weights, the engine freezes and the request set, which the report rules do not read, are
-stood in for (the request set is made by the workload_requests rule), so that Snakemake has nothing upstream to
-run.
+outputs that say so; the weights and the engine freezes, which the report rules do not read, are stood in for, so
+that Snakemake has nothing upstream to run. The request set is made again by the workload_requests rule, unless
+RESULTS_DIR has workload/requests.json or .json.gz (kept gzipped in OUT_DIR): needed where prompts have a length in
+tokens, which takes the model's tokenizer, and the weights stay behind.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import shutil
 import subprocess
 import sys
@@ -139,9 +141,16 @@ def stage(cfg: dict, res: Path, work: Path) -> None:
         shutil.copy2(_need(res / "adapters" / f"{a}.json"), work / "adapters" / f"{a}.json")
     (work / "model" / "weights").mkdir(parents=True, exist_ok=True)
     shutil.copy2(_need(res / "model" / "manifest.json"), work / "model" / "manifest.json")
-    if (res / "workload" / "requests.json").exists():
+    # the request set, where the study keeps it (a long-prompt workload needs the model's tokenizer to be made
+    # again, and the weights stay behind): as measured, or gzipped
+    requests = res / "workload" / "requests.json"
+    if requests.exists() or requests.with_suffix(".json.gz").exists():
         (work / "workload").mkdir(parents=True, exist_ok=True)
-        shutil.copy2(res / "workload" / "requests.json", work / "workload" / "requests.json")
+        if requests.exists():
+            shutil.copy2(requests, work / "workload" / "requests.json")
+        else:
+            with gzip.open(requests.with_suffix(".json.gz"), "rb") as src:
+                (work / "workload" / "requests.json").write_bytes(src.read())
 
 
 def link_checkout(work: Path) -> None:
@@ -216,6 +225,15 @@ def publish(cfg: dict, res: Path, built: Path, out: Path) -> None:
             shutil.copy(f, out / sub / f.name)
     for f in (res / "envs").glob("*.freeze.txt"):
         shutil.copy(f, out / "envs" / f.name)
+    # the request set kept gzipped, where it came with the results (made again only with the model's tokenizer)
+    requests = res / "workload" / "requests.json"
+    if requests.exists():
+        (out / "workload").mkdir(parents=True, exist_ok=True)
+        with gzip.GzipFile(out / "workload" / "requests.json.gz", "wb", mtime=0) as dst:
+            dst.write(requests.read_bytes())
+    elif requests.with_suffix(".json.gz").exists() and res.resolve() != out.resolve():
+        (out / "workload").mkdir(parents=True, exist_ok=True)
+        shutil.copy(requests.with_suffix(".json.gz"), out / "workload" / "requests.json.gz")
 
 
 def main() -> int:
