@@ -62,3 +62,12 @@ def test_workloads_are_described_for_the_report(monkeypatch: pytest.MonkeyPatch)
     assert got["long-prompt"]["prompt_tokens_per_request"] == 1500.0
     assert got["default"]["lengths"] == "one fixed prompt, output 64 tokens"
     assert got["default"]["prompt_tokens_per_request"] is None
+
+
+def test_a_ratio_is_read_as_wide_or_as_no_change_only_from_its_interval():
+    from lorabench.phases import reading
+
+    assert reading(11.0, 8.7, 15.0) is None  # decides: a cost, within 10 points
+    assert reading(9.2, -83.9, 20.8) == "wide"
+    assert reading(1.0, -0.5, 2.0) == "includes 0"
+    assert reading(20.0, None, None) is None  # no interval: nothing to read it by

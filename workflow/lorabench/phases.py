@@ -17,6 +17,21 @@ from typing import Any
 from .facts import ServerFacts
 from .stats import paired_ratios, ratio_span
 
+WIDE_POINTS = 10.0  # a ratio whose interval reaches further than this from its median is marked wide
+
+
+def reading(pct: float | None, lo: float | None, hi: float | None) -> str | None:
+    """What a ratio with its interval lets a reader say: "wide" (the interval reaches more than WIDE_POINTS from
+    the median: not a finding), "includes 0" (no change told apart from none), None where it decides (or where
+    there is no interval to judge by: the table then shows none)."""
+    if pct is None or lo is None or hi is None:
+        return None
+    if max(pct - lo, hi - pct) > WIDE_POINTS:
+        return "wide"
+    if lo <= 0 <= hi:
+        return "includes 0"
+    return None
+
 
 def _ratio(num: dict[str, Any], den: dict[str, Any], prefix: str) -> tuple[float | None, float | None, float | None]:
     """(ratio %, lo %, hi %) of num / den for TTFT or ITL: paired per cycle where the cells pair, else the ratio
@@ -55,6 +70,7 @@ def phase_costs(rows: list[dict[str, Any]], facts: Mapping[str, ServerFacts]) ->
         for prefix in ("ttft", "itl"):
             pct, lo, hi = _ratio(num, den, prefix) if den is not None and cond != ref else (None, None, None)
             row.update({f"{prefix}_ratio_pct": pct, f"{prefix}_ratio_lo_pct": lo, f"{prefix}_ratio_hi_pct": hi})
+            row[f"{prefix}_reading"] = reading(pct, lo, hi)
         out.append(row)
     return sorted(
         out,
