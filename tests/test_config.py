@@ -84,6 +84,8 @@ def test_rate_sweep_defaults_and_the_mixes_each_server_sweeps():
     rs = cfg["rate_sweep"]
     assert (rs["points"], rs["repeats"], rs["over_saturation"]["min_achieved_fraction"]) == (10, 6, 0.9)
     assert rate_sweep_mixes(cfg) == {"lora-off": ["base"], "lora-2": ["base", "ab"]}
+    lean = check(copy.deepcopy(DEFAULT) | {"rate_sweep": copy.deepcopy(SWEEP) | {"base_on_lora": False}})
+    assert rate_sweep_mixes(lean) == {"lora-off": ["base"], "lora-2": ["ab"]}  # base only where LoRA is off
     from lorabench.measure.sweep import Slo, SweepSettings
 
     st = SweepSettings.from_config(rs, cfg["workload"]["seed"], cfg["request_timeout_s"])
@@ -102,6 +104,7 @@ def test_rate_sweep_defaults_and_the_mixes_each_server_sweeps():
         ({"over_saturation": {"min_achieved_fraction": 1.5}}, "rate_sweep.over_saturation.min_achieved_fraction"),
         ({"servers": ["lora-off"], "mixes": ["ab"]}, "rate_sweep.servers: 'lora-off' can serve none"),
         ({"servers": ["lora-2"], "mixes": ["ab", "zz"]}, "rate_sweep.mixes: unknown condition 'zz'"),
+        ({"servers": ["lora-2"], "mixes": ["base"], "base_on_lora": False}, "base_on_lora is false"),
     ],
 )
 def test_bad_rate_sweep_names_the_key(change, expected):

@@ -179,12 +179,20 @@ def _serves(config: dict[str, Any], server_id: str, condition: str) -> bool:
 
 
 def rate_sweep_mixes(config: dict[str, Any]) -> dict[str, list[str]]:
-    """``rate_sweep``: the mixes each listed server sweeps (those of ``rate_sweep.mixes`` it can serve), by server;
-    empty without a ``rate_sweep`` section."""
+    """``rate_sweep``: the mixes each listed server sweeps (those of ``rate_sweep.mixes`` it can serve; with
+    ``base_on_lora: false``, a mix of the base model alone only on servers with LoRA off), by server; empty without a
+    ``rate_sweep`` section."""
     rs = config.get("rate_sweep")
     if not rs:
         return {}
-    return {sid: [m for m in rs["mixes"] if _serves(config, sid, m)] for sid in rs["servers"]}
+
+    def sweeps(sid: str, mix: str) -> bool:
+        base_only = not [a for a in config["conditions"][mix]["adapters"] if a != "base"]
+        if base_only and config["servers"][sid]["lora"] and not rs.get("base_on_lora", True):
+            return False
+        return _serves(config, sid, mix)
+
+    return {sid: [m for m in rs["mixes"] if sweeps(sid, m)] for sid in rs["servers"]}
 
 
 def check_rate_sweep(config: dict[str, Any]) -> None:
@@ -202,9 +210,10 @@ def check_rate_sweep(config: dict[str, Any]) -> None:
     by_server = rate_sweep_mixes(config)
     for sid, mixes in by_server.items():
         if not mixes:
+            lean = config["servers"][sid]["lora"] and not rs.get("base_on_lora", True)
             raise ConfigError(
                 f"rate_sweep.servers: {sid!r} can serve none of rate_sweep.mixes (its adapters: "
-                f"{server_adapters(config, sid) or 'none, lora is false'})"
+                f"{server_adapters(config, sid) or 'none, lora is false'}{'; base_on_lora is false' if lean else ''})"
             )
     for mix in rs["mixes"]:
         if not any(mix in mixes for mixes in by_server.values()):
