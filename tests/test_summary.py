@@ -13,7 +13,7 @@ from lorabench.loadgen.client import RequestRecord
 from lorabench.measure.burst import measurement_row
 from lorabench.summary import aggregate, summarize_cell
 
-from .conftest import FIXTURES
+from .conftest import FIXTURES, ROOT
 
 RUN = FIXTURES / "cpu-run"
 
@@ -150,3 +150,32 @@ def test_per_adapter_figures_are_named_pooled_whenever_they_were_measured():
                                     "ttft_median_pooled_ms": 200.0, "ttft_p90_pooled_ms": 280.0,
                                     "itl_median_pooled_ms": 10.0, "latency_median_pooled_ms": 400.0,
                                     "latency_p90_pooled_ms": 560.0}  # fmt: skip
+
+
+def test_a_comparison_whose_slow_bursts_are_those_the_gpu_waited_in_says_so(tmp_path):
+    # vLLM's 4-slot server of the committed H200 study: at burst 48 its bursts' throughput follows the GPU's busy
+    # share (the engine's host loop kept the GPU waiting in some bursts), at burst 3 the adapter comparisons met
+    # their target
+    from lorabench.stats import paced_by
+
+    study = ROOT / "studies/h200-8b"
+    srv = study / "servers/vllm-lora-4"
+    out = {k: str(tmp_path / f"out-{k}") for k in ("measurements", "summary", "facts", "json")}
+    summary = aggregate([str(srv / "measurements.jsonl")], [str(srv / "facts.json")], [], [], None,
+                        read_json(study / "summary/summary.json")["conditions"], out)  # fmt: skip
+    comps = {(c["condition"], c["burst"]): c for c in summary["comparisons"]}
+    wide = comps[("a", 48)]
+    assert not wide["within_target"] and wide["gpu_paced_r"] > 0.9
+    cells = {(r["condition"], r["burst"]): r for r in summary["rows"]}
+    assert cells[("a", 48)]["throughput_gpu_paced_r"] == wide["gpu_paced_r"]
+    rows = [m for m in read_jsonl(srv / "measurements.jsonl") if not m["warmup"] and not m["stream"]]
+    a48 = [m for m in rows if (m["condition"], m["burst"]) == ("a", 48)]
+    assert wide["gpu_paced_r"] == pytest.approx(
+        paced_by([m["throughput_tok_s"] for m in a48], [m["metrics"]["gpu_busy_pct"] for m in a48])
+    )
+    assert paced_by([1.0, 2.0, 3.0, 4.0, 5.0], [1.0, 2.0, 3.0, 4.0, 5.0]) is None  # fewer than six bursts
+    assert (
+        paced_by([1, 2, 3, 4, 5, 6, 7, 8, 9], [9, 8, 7, 6, 5, 4, 3, 2, 1]) is None
+    )  # faster when less busy: not paced
+    assert paced_by([1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 3, 2, 5, 4, 6, 9, 7, 8]) == pytest.approx(0.9, abs=0.05)
+    assert paced_by([1, 2, 3, 4, 5, 6], [3, 1, 2, 6, 4, 5]) is None  # r 0.66 of six pairs: not beyond chance

@@ -74,6 +74,7 @@ class Comparison:
     paired_by: str  # cycle | time | unpaired
     target_points: float | None
     bound: str  # front-end-bound / host-bound mark of either cell, "" if none
+    gpu_paced_r: float | None = None  # the larger of its two cells' (CellLoad.gpu_paced_r), None if neither
 
     @property
     def within_target(self) -> bool | None:
@@ -85,13 +86,14 @@ class Comparison:
                 "reference": self.reference, "workload": self.workload, **self.ratio.to_json(),
                 "halfwidth_points": _json_num(self.ratio.halfwidth_points), "pairs": self.pairs,
                 "paired_by": self.paired_by, "target_points": self.target_points,
-                "within_target": self.within_target, "bound": self.bound}  # fmt: skip
+                "within_target": self.within_target, "bound": self.bound,
+                "gpu_paced_r": self.gpu_paced_r}  # fmt: skip
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Comparison:
         return cls(d["server"], d.get("engine"), int(d["burst"]), d["condition"], d["reference"], d.get("workload"),
                    RatioSpan.from_json(d), int(d.get("pairs") or 0), d.get("paired_by") or "unpaired",
-                   d.get("target_points"), d.get("bound") or "")  # fmt: skip
+                   d.get("target_points"), d.get("bound") or "", d.get("gpu_paced_r"))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -215,18 +217,21 @@ class CellLoad:
     gpu_busy_pct_streamed: float | None
     throughput_bound: str
     latency_bound: str
+    # r between its bursts' throughput and the GPU's busy share, where positive beyond chance (stats.paced_by): its
+    # slow bursts are those in which the GPU waited for the host
+    gpu_paced_r: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"front_end_cpu_median": self.front_end_cpu,
                 "front_end_cpu_streamed_median": self.front_end_cpu_streamed, "gpu_busy_pct_median": self.gpu_busy_pct,
                 "gpu_busy_pct_streamed_median": self.gpu_busy_pct_streamed, "throughput_bound": self.throughput_bound,
-                "latency_bound": self.latency_bound}  # fmt: skip
+                "latency_bound": self.latency_bound, "throughput_gpu_paced_r": self.gpu_paced_r}  # fmt: skip
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> CellLoad:
         return cls(d.get("front_end_cpu_median"), d.get("front_end_cpu_streamed_median"), d.get("gpu_busy_pct_median"),
                    d.get("gpu_busy_pct_streamed_median"), d.get("throughput_bound") or "",
-                   d.get("latency_bound") or "")  # fmt: skip
+                   d.get("latency_bound") or "", d.get("throughput_gpu_paced_r"))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -526,6 +526,11 @@ def _paired_answer(comparisons: list[Comparison]) -> str:
         w = max(widths, key=lambda c: c.ratio.halfwidth_points)
         text += (f"; widest ±{w.ratio.halfwidth_points:.1f} points ({w.server} {w.condition} vs {w.reference}, "
                  f"burst {w.burst}, {w.pairs} pairs)")  # fmt: skip
+    outside = [c for c in judged if not c.within_target]
+    paced = [c for c in outside if c.gpu_paced_r is not None]
+    if paced:
+        text += (f"; of the {len(outside)} outside, {len(paced)} host-paced (their slow bursts are those in which "
+                 f"the GPU waited for the host)")  # fmt: skip
     return text + f"; paired by {' and '.join(by)}"
 
 

@@ -44,6 +44,7 @@ from .stats import (
     by_time,
     first_stands_out,
     outliers_below,
+    paced_by,
     paired_ratios,
     ratio_span,
     reached_target,
@@ -198,6 +199,9 @@ def _load(rows: _CellRows) -> CellLoad:
         busy_s,
         throughput_bound=boundness(fe_n if plain else fe_s, busy_n if plain else busy_s),
         latency_bound=boundness(fe_s, busy_s) if len(rows.lat) else "",
+        gpu_paced_r=paced_by(list(rows.clean["throughput_tok_s"]), list(_col(rows.clean, "m_gpu_busy_pct")))
+        if len(rows.clean)
+        else None,
     )
 
 
@@ -494,6 +498,8 @@ def paired_comparisons(rows: list[dict[str, Any]], facts: Mapping[str, ServerFac
                 paired_by="cycle" if paired else ("time" if n else "unpaired"),
                 target_points=((fact.measurement if fact else None) or {}).get("target_points"),
                 bound=num.get("throughput_bound") or den.get("throughput_bound") or "",
+                gpu_paced_r=max((r for r in (num.get("throughput_gpu_paced_r"), den.get("throughput_gpu_paced_r"))
+                                 if r is not None and not math.isnan(r)), default=None),
             )
         )  # fmt: skip
     return out
