@@ -145,3 +145,6 @@ def test_a_study_whose_prompts_need_the_tokenizer_rebuilds_from_its_saved_reques
     phases = read_json(out / "summary" / "summary.json")["phases"]
     assert phases == read_json(study / "summary" / "summary.json")["phases"]
     assert {p["workload"] for p in phases} == {"default", "long-prompt"}
+    # vLLM's bursts of 48 there followed the GPU's busy share: the claim judged on them says why its span is wide
+    why = {c["id"]: c["why"] for c in read_json(out / "claims" / "verdicts.json")["claims"]}
+    assert "host-paced spread" in why["s4-ml4-abc"], why["s4-ml4-abc"]

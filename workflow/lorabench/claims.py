@@ -195,6 +195,9 @@ def _evidence(row: dict[str, Any]) -> str:
     return f"{row['server']}/{row['condition']}/{row['burst']}"
 
 
+PACED_NOTE_POINTS = 2.0  # a ratio's span wider than ± this, with a host-paced cell, says why (summary.paced_by)
+
+
 def measure(claim: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, str, list[str], Span]:
     """(measured value or None, note, evidence ids, span of a throughput ratio over the repetitions)."""
     if claim["measure"]["kind"] == "ratio":
@@ -223,6 +226,10 @@ def _ratio(m: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, str, l
             value = r[0]
             note = "; ".join(x for x in (note, f"{len(pairs)} pairs of measurements taken close together") if x)
         span = (r[1], r[2]) if r and not math.isnan(r[1]) else None
+        paced = [x for x in (num.get("throughput_gpu_paced_r"), den.get("throughput_gpu_paced_r")) if x is not None]
+        if span and paced and span[1] - span[0] > 2 * PACED_NOTE_POINTS:
+            note = "; ".join(x for x in (note, f"host-paced spread: the slow bursts are those in which the GPU "
+                                               f"waited for the host (r {max(paced):.2f})") if x)  # fmt: skip
     return value, note, [_evidence(num), _evidence(den)], span
 
 
