@@ -48,19 +48,41 @@ def test_summary_rows_pair_bursts_of_one_cycle_exactly():
     assert paired_ratios({**num, "throughput_median": 80.0}, other) == []  # two servers are never paired
 
 
-def _run(values, targets: Targets, conditions=("base", "a")) -> Progress:
+def _run(values, targets: Targets, conditions=("base", "a"), bursts=(4,), seen=None) -> Progress:
     """run_cycles with a burst function that returns ``values(cell, cycle)`` and lasts 0.5 s each."""
-    cells = cycle_cells(list(conditions), [4], "both")
-    progress = Progress("base", list(conditions), [4])
-    seen: list[tuple[Cell, int, int]] = []
+    cells = cycle_cells(list(conditions), list(bursts), "both")
+    progress = Progress("base", list(conditions), list(bursts))
+    seen = [] if seen is None else seen
 
-    async def burst(cell: Cell, cycle: int, pos: int) -> tuple[float, float]:
-        seen.append((cell, cycle, pos))
+    async def burst(cell: Cell, cycle: int, pos: int, length: int) -> tuple[float, float]:
+        seen.append((cell, cycle, pos, length))
         return values(cell, cycle), 0.5
 
     asyncio.run(run_cycles(burst, cells, progress, targets, 0, None, "both"))
-    assert len(seen) == progress.cycles * len(cells)
+    if not targets.focus:
+        assert len(seen) == progress.cycles * len(cells)
     return progress
+
+
+def test_after_the_minimum_a_focused_cycle_measures_only_the_cells_still_needed():
+    # a vs base is steady at burst 4 and noisy at 16: once the minimum is done, the cycles go to burst 16's
+    # non-streamed cells (both sides of its comparison), at seconds a cycle
+    rng = random.Random(3)
+
+    def value(cell: Cell, c: int) -> float:
+        noise = 0.2 * rng.random() if cell.burst == 16 else 0.0
+        return (80.0 if cell.condition == "a" else 100.0) * (1 + noise)
+
+    seen: list = []
+    t = Targets(min_cycles=6, max_cycles=30, target_points=1.0, target_ci_pct=1.0, max_measuring_s=1e9, focus=True)
+    p = _run(value, t, bursts=(4, 16), seen=seen)
+    assert p.cycles == 30 and p.focused_from == 6
+    later = [(cell, length) for cell, cycle, _, length in seen if cycle >= 6]
+    assert {(c.condition, c.burst, c.stream) for c, _ in later} == {("a", 16, False), ("base", 16, False)}
+    assert {length for _, length in later} == {2} and len(seen) == 6 * 8 + 24 * 2
+    assert len(p.values[("a", 4)]) == 6 and len(p.values[("a", 16)]) == 30  # paired in every cycle they share
+    unfocused = _run(value, Targets(6, 30, 1.0, 1.0, 1e9), bursts=(4, 16))
+    assert unfocused.cycles == 30 and unfocused.focused_from == 0
 
 
 def test_cycles_stop_once_every_comparison_is_within_target():

@@ -71,6 +71,7 @@ class ServerJob:
     target_ci_pct: float = study("target_ci_pct")  # ... and, on a server without comparisons, every cell
     max_measuring_s: float = study("max_measuring_s")  # ... or this many seconds of bursts
     stream: str = study("stream")  # throughput from non-streamed bursts, TTFT/ITL from streamed ones
+    focus_cycles: bool = study("focus_cycles")  # after the minimum cycles, only the cells still needed
     warmup_bursts: int = study("warmup_bursts")
     outlier_fraction: float = study("outlier_fraction")  # bursts below this x their cell's median count as slow
     server_starts: int = study("server_starts")  # the server starts this many times in turn, cycles spread over them
@@ -130,6 +131,7 @@ class ServerJob:
             "target_ci_pct": self.target_ci_pct,
             "max_measuring_s": self.max_measuring_s,
             "stream": self.stream,
+            "focus_cycles": self.focus_cycles,
             "outlier_fraction": self.outlier_fraction,
             "server_starts": self.server_starts,
         }

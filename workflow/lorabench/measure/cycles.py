@@ -6,10 +6,15 @@ non-streamed bursts, TTFT and inter-token latencies from the streamed ones (``st
 streams every burst and reads throughput from them too; ``off`` streams none).
 
 Cycles repeat until every comparison of the server is within its target, or a maximum number of cycles or of
-measuring seconds is reached. A comparison is a condition against the server's reference condition at the same
-burst size, paired per cycle (``paired.PairedRatio``); a server with a single condition has none, and its cells
-must instead reach ``target_ci_pct`` (the 95 % interval of their median). Nothing here talks to a server: the
-job passes one coroutine that runs one burst of a cell (``BurstFn``).
+measuring seconds is reached. After the minimum cycles, with ``focus``, a cycle measures only the cells still
+needed (``Progress.needed``): the non-streamed cells of the comparisons not yet within target, both sides; the
+streamed cells keep the minimum cycles' bursts. Cycles then take seconds where they took tens of seconds, and
+what is left of the time goes to the wide intervals.
+
+A comparison is a condition against the server's reference condition at the same burst size, paired per cycle
+(``paired.PairedRatio``); a server with a single condition has none, and its cells must instead reach
+``target_ci_pct`` (the 95 % interval of their median). Nothing here talks to a server: the job passes one coroutine
+that runs one burst of a cell (``BurstFn``).
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ class Targets:
     target_points: float
     target_ci_pct: float
     max_measuring_s: float
+    focus: bool = False  # after min_cycles, only the cells still needed (Progress.needed)
 
 
 @dataclass
@@ -78,6 +84,7 @@ class Progress:
     cycles: int = 0
     measuring_s: float = 0.0
     stop_reason: str = ""
+    focused_from: int = 0  # the first cycle that measured only the cells still needed (0: none did)
 
     def add(self, condition: str, burst: int, key: CycleKey, value: float) -> None:
         if not math.isnan(value):
@@ -114,6 +121,19 @@ class Progress:
                 out.append(f"{c}/{b}: ±{iv.halfwidth_pct:.1f} % (n={iv.n})")
         return out
 
+    def needed(self, t: Targets) -> set[tuple[str, int]]:
+        """The (condition, burst) cells whose bursts can still narrow a wide interval: both sides of every
+        comparison not yet within its target (on a server without comparisons, the cells not yet within theirs)."""
+        comps = self.comparisons()
+        if comps:
+            return {key for num, den, p in comps if not p.within(t.target_points) for key in (num, den)}
+        out = set()
+        for key, vals in self.values.items():
+            iv = MedianInterval.of(list(vals.values()))
+            if iv.coverage < 0.95 or iv.halfwidth_pct > t.target_ci_pct:
+                out.add(key)
+        return out
+
     def done(self, t: Targets) -> bool:
         """The stop rule, after a cycle; sets ``stop_reason``."""
         if self.cycles < t.min_cycles:
@@ -130,8 +150,19 @@ class Progress:
         return False
 
 
-# One burst of a cell: (cell, cycle, position in the cycle) -> (its throughput, its wall time in seconds)
-BurstFn = Callable[[Cell, int, int], Awaitable[tuple[float, float]]]
+# One burst of a cell: (cell, cycle, position in the cycle, cells in the cycle) -> (its throughput, its wall time in
+# seconds)
+BurstFn = Callable[[Cell, int, int, int], Awaitable[tuple[float, float]]]
+
+
+def focused(cells: list[Cell], progress: Progress, targets: Targets, tp_stream: bool) -> list[Cell]:
+    """The cells of the next cycle: all of them up to the minimum cycles (or without ``focus``), then those of
+    the throughput-reading mode that ``progress.needed`` lists (all of them again if it lists none, which the stop
+    rule then ends)."""
+    if not targets.focus or progress.cycles < targets.min_cycles:
+        return cells
+    need = progress.needed(targets)
+    return [c for c in cells if c.stream == tp_stream and (c.condition, c.burst) in need] or cells
 
 
 async def run_cycles(
@@ -150,17 +181,22 @@ async def run_cycles(
         cycle = progress.cycles
         if until_cycle is not None and cycle >= until_cycle:
             return
-        for pos, cell in enumerate(cycle_order(cells, cycle)):
-            value, wall = await burst(cell, cycle, pos)
+        this = focused(cells, progress, targets, tp_stream) if until_cycle is None else cells
+        if len(this) < len(cells) and not progress.focused_from:
+            progress.focused_from = cycle
+        order = cycle_order(this, cycle)
+        for pos, cell in enumerate(order):
+            value, wall = await burst(cell, cycle, pos, len(order))
             progress.measuring_s += wall
             if cell.stream == tp_stream:
                 progress.add(cell.condition, cell.burst, (start, cycle), value)
         progress.cycles += 1
         wide = progress.wide(targets)
         log.info(
-            "cycle %d done (%.0f s of bursts): %s",
+            "cycle %d done (%.0f s of bursts%s): %s",
             cycle,
             progress.measuring_s,
+            f"; {len(order)} of {len(cells)} cells, those still needed" if len(order) < len(cells) else "",
             "every target met" if not wide else f"{len(wide)} not yet within target: " + "; ".join(wide[:4]),
         )
         if until_cycle is None and progress.done(targets):

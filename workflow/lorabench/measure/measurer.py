@@ -101,6 +101,7 @@ def job_targets(job: ServerJob) -> Targets:
         target_points=job.target_points,
         target_ci_pct=job.target_ci_pct,
         max_measuring_s=job.max_measuring_s,
+        focus=job.focus_cycles,
     )
 
 
@@ -243,7 +244,9 @@ class Measurer:
         self.metric_rows += [{**s, "measurement_id": b.measurement_id} for s in samples]
         return b
 
-    async def cycle_burst(self, cell: Cell, cycle: int, position: int) -> tuple[float, float]:
+    async def cycle_burst(
+        self, cell: Cell, cycle: int, position: int, length: int | None = None
+    ) -> tuple[float, float]:
         """One measured burst of a cycle (``cycles.BurstFn``): the burst, then what it cost the engine's HTTP front
         end (its share of one CPU) and the GPU's busy share over it (NVML) and clocks; the host's state (engine
         threads, stolen time, the CPU probe) is read once a cycle, over the whole cycle, and given to each of its
@@ -268,7 +271,8 @@ class Measurer:
         if self.busy is not None:
             b.metrics["gpu_busy_pct"] = self.busy.share(w0, w1)
         self._cycle_rows.append(b)
-        if position == self.cycle_length - 1 and self.host is not None and self._cycle_start is not None:
+        last = position == (length if length is not None else self.cycle_length) - 1
+        if last and self.host is not None and self._cycle_start is not None:
             host = self.host.window(self._cycle_start, self.host.snapshot())
             for r in self._cycle_rows:
                 r.metrics.update(host)
@@ -300,5 +304,6 @@ class Measurer:
         probes["gpu_memory_peak_mib"] = self.gpu_peak or None
         probes["canary"] = checked
         probes["cycles"] = {"cycles": self.progress.cycles, "stop_reason": self.progress.stop_reason,
-                            "measuring_s": round(self.progress.measuring_s, 2)}  # fmt: skip
+                            "measuring_s": round(self.progress.measuring_s, 2),
+                            "focused_from": self.progress.focused_from or None}  # fmt: skip
         return probes
