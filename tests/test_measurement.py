@@ -225,7 +225,7 @@ def _measured_rows(job, url: str, monkeypatch) -> list[dict]:
 
 @pytest.mark.integration
 def test_cycles_stop_at_target_or_maximum(url, monkeypatch):
-    every = {"focus_cycles": False}  # every cell in every cycle
+    every = {"focus_cycles": False}  # every cell in every cycle (the default)
     loose = _measured_rows(_measurer_job(repetitions=2, max_repetitions=9, target_ci_pct=1000.0, **every), url,
                            monkeypatch)  # fmt: skip
     tight = _measured_rows(_measurer_job(repetitions=2, max_repetitions=7, target_ci_pct=1e-9, **every), url,
@@ -235,8 +235,9 @@ def test_cycles_stop_at_target_or_maximum(url, monkeypatch):
     assert len(tight) == 2 * 7  # never within target: stops at the maximum
     assert sorted({r["cycle"] for r in tight}) == list(range(7))
     assert [r["stream"] for r in tight[:4]] == [False, True, True, False]  # rotated by one place each cycle
-    # focused (the default): after the 2 minimum cycles, only the non-streamed cell its interval is read from
-    focused = _measured_rows(_measurer_job(repetitions=2, max_repetitions=7, target_ci_pct=1e-9), url, monkeypatch)
+    # focused: after the 2 minimum cycles, only the non-streamed cell its interval is read from
+    focused = _measured_rows(_measurer_job(repetitions=2, max_repetitions=7, target_ci_pct=1e-9, focus_cycles=True),
+                             url, monkeypatch)  # fmt: skip
     assert [(r["cycle"], r["stream"]) for r in focused][4:] == [(c, False) for c in range(2, 7)]
 
 
