@@ -89,3 +89,16 @@ def test_targets_list_what_a_stretch_runs_in_order_with_its_high_estimate(tmp_pa
         "results/runtime_load/vllm-lora-2/load.json"
     )
     assert all(int(s) > 60 for _, s in rows)
+
+
+def test_bursts_of_long_prompts_time_only_the_cells_that_send_them():
+    # studies/prefill-decode-h200 timed 2-4k-token prompts with 16-token outputs beside the short prompt's: adding
+    # it moves the estimate of a short-prompt study by little, and it times its own long-prompt cells
+    alone = estimate("config/gpu-h200-8b.yaml", "--from", "studies/h200-8b")
+    both = estimate("config/gpu-h200-8b.yaml", "--from", "studies/h200-8b", "studies/prefill-decode-h200")
+    for job in ("vllm-lora-4", "sglang-lora-2"):
+        (lo1, hi1), (lo2, hi2) = minutes(alone.stdout, job), minutes(both.stdout, job)
+        assert abs(hi2 - hi1) <= 0.1 * hi1 and abs(lo2 - lo1) <= 0.1 * lo1, (job, alone.stdout, both.stdout)
+    own = estimate("config/studies/prefill-decode-h200.yaml", "--from", "studies/prefill-decode-h200")
+    lo, hi = minutes(own.stdout, "vllm-lora-4")
+    assert lo <= 462 / 60 * 1.1 and hi >= 462 / 60 * 0.95  # the saved job took 461.9 s (facts timing.total_s)

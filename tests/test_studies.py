@@ -33,6 +33,7 @@ def _estimated_minutes(path: Path) -> tuple[float, float]:
             "--from",
             "studies/h200-8b",
             "studies/prefix-cache-h200",
+            "studies/prefill-decode-h200",
         ],
         cwd=ROOT,
         capture_output=True,

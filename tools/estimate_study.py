@@ -36,6 +36,7 @@ import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
@@ -43,6 +44,7 @@ sys.path.insert(0, str(ROOT / "workflow"))
 from lorabench.config import load_file, prefix_cache_servers, rate_sweep_mixes, runtime_load_servers  # noqa: E402
 from lorabench.io import read_json  # noqa: E402
 from lorabench.job import ServerJob, server_job  # noqa: E402
+from lorabench.loadgen.traffic import WorkloadError, workload_of, workload_specs  # noqa: E402
 from lorabench.measure.cycles import cycle_cells  # noqa: E402
 from lorabench.measure.sweep import SweepSettings  # noqa: E402
 
@@ -136,14 +138,18 @@ class Timings:
     between_bursts: list[float] = field(default_factory=list)  # the harness's work between two bursts
     stops: list[float] = field(default_factory=list)
     side_work: list[float] = field(default_factory=list)
-    bursts: dict[int, list[float]] = field(default_factory=dict)  # one burst's wall time, by burst size
+    # one burst's wall time, by burst size and the kind of its requests (``request_kind``)
+    bursts: dict[tuple[int, tuple[str, int]], list[float]] = field(default_factory=dict)
 
-    def burst_s(self, size: int) -> tuple[float, float, bool]:
-        """(typical, worst, measured) wall time of one burst of ``size`` requests: the measured sizes' own, or
-        the nearest measured size's."""
+    def burst_s(self, size: int, kind: tuple[str, int] | None = None) -> tuple[float, float, bool]:
+        """(typical, worst, measured) wall time of one burst of ``size`` requests of ``kind``: the measured
+        bursts of that kind and size, else of that kind and the nearest size, else of any kind (the nearest size,
+        then the nearest output length)."""
         if not self.bursts:
             return DEFAULTS["burst_s"], DEFAULTS["burst_s"], False
-        near = min(self.bursts, key=lambda b: (abs(b - size), -b))
+        keys = [k for k in self.bursts if k[1] == kind] or list(self.bursts)
+        out = kind[1] if kind else 0
+        near = min(keys, key=lambda k: (abs(k[0] - size), abs(k[1][1] - out), -k[0]))
         vals = self.bursts[near]
         return statistics.median(vals), statistics.quantiles(vals, n=10)[-1] if len(vals) > 1 else vals[0], True
 
@@ -196,7 +202,11 @@ def calibrate(study_dirs: list[Path]) -> dict[str, Timings]:
             t.between_bursts.append((timing.get("between_s", 0.0) + timing.get("probes_s", 0.0)) / n_bursts)
             for r in measured:
                 if r.get("burst_s") and r.get("n_errors") == 0:
-                    t.bursts.setdefault(int(r["burst"]), []).append(r["burst_s"] / int(r.get("n_bursts") or 1))
+                    n = max(1, int(r.get("n_requests") or r["burst"]))
+                    kind = request_kind(
+                        float(r.get("prompt_tokens") or 0) / n, float(r.get("completion_tokens") or 0) / n
+                    )
+                    t.bursts.setdefault((int(r["burst"]), kind), []).append(r["burst_s"] / int(r.get("n_bursts") or 1))
             t.stops.append(timing.get("stop_s", STOP_S))
         for path in sorted(sdir.glob("rate_sweep/*/facts.json")):
             facts = read_json(path)
@@ -231,13 +241,50 @@ class Estimate:
     order: tuple = ()  # where the job comes in a stretch (see ``stretch_order``)
 
 
-def measuring(job: ServerJob, t: Timings) -> Estimate:
+LONG_PROMPT_TOKENS = 256  # a request with a prompt this long or longer is timed apart (its prefill counts)
+
+
+def request_kind(prompt_tokens: float, output_tokens: float) -> tuple[str, int]:
+    """What a burst's time depends on besides its size: long or short prompts, and the output length."""
+    return ("long" if prompt_tokens >= LONG_PROMPT_TOKENS else "short", int(round(output_tokens)))
+
+
+def _typical(length: Any) -> float | None:
+    """A representative value of a config length (lengths.Length): its value, mean, median or the middle of its
+    bounds."""
+    if length is None:
+        return None
+    for v in (length.value, length.mean, length.median):
+        if v is not None:
+            return float(v)
+    return (length.min + length.max) / 2 if length.min is not None and length.max is not None else None
+
+
+def condition_kinds(config: dict) -> dict[str, tuple[str, int] | None]:
+    """Each condition's ``request_kind`` from its workload (None where the config cannot say: a dataset)."""
+    try:
+        specs = workload_specs(config.get("workload") or {}, config.get("workloads"))
+    except WorkloadError:
+        return {}
+    out: dict[str, tuple[str, int] | None] = {}
+    for name, cond in (config.get("conditions") or {}).items():
+        spec = specs.get(workload_of(cond))
+        out_tokens = _typical(spec.output) if spec else None
+        if spec is None or spec.dataset is not None or out_tokens is None:
+            out[name] = None
+            continue
+        prompt = _typical(spec.prompt_tokens) if spec.prompt_tokens else 0.0
+        out[name] = request_kind(prompt or 0.0, out_tokens)
+    return out
+
+
+def measuring(job: ServerJob, t: Timings, kinds: dict[str, tuple[str, int] | None] | None = None) -> Estimate:
     cells = cycle_cells(job.conditions, job.bursts, job.stream)
     start, start_hi, m1 = t.figure("start_s")
     warm, _, m2 = t.figure("warmup_per_cell_s")
     between, between_hi, m3 = t.figure("between_bursts_s")
     stop, _, m4 = t.figure("stop_s")
-    figures = [t.burst_s(c.burst) for c in cells]
+    figures = [t.burst_s(c.burst, (kinds or {}).get(c.condition)) for c in cells]
     cycle = sum(f[0] for f in figures)
     cycle_hi = sum(f[1] for f in figures)
     fixed = warm * len(cells) + stop
@@ -285,10 +332,11 @@ def estimate(config: dict, timings: dict[str, Timings], engines: list[str] | Non
         return engines is None or config["servers"][server]["engine"] in engines
 
     out = []
+    kinds = condition_kinds(config)
     for server in config["servers"]:
         if wanted(server):
             job = server_job(config, server, hardware)
-            est = measuring(job, timings.get(job.server.engine, Timings()))
+            est = measuring(job, timings.get(job.server.engine, Timings()), kinds)
             est.target, est.order = f"results/servers/{server}/facts.json", stretch_order(config, server, 0)
             out.append(est)
     sides = (
