@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +52,7 @@ SWEEP_OUTPUTS = ("sweep.json", "records.jsonl", "facts.json", "server.log")
 SUMMARY_FILES = ("measurements.csv", "summary.csv", "server_facts.csv", "summary.json")
 # Restored outputs carry no Snakemake metadata: without mtime they are kept (as in tools/device_stretch.sh).
 TRIGGERS = ("params", "input", "code", "software-env")
+UPSTREAM_RULES = ("model_build", "adapter_build", "engine_env")  # stood in for: a rebuild never runs them
 
 
 class RebuildError(RuntimeError):
@@ -153,6 +156,15 @@ def stage(cfg: dict, res: Path, work: Path) -> None:
                 (work / "workload" / "requests.json").write_bytes(src.read())
 
 
+def fresh(results: Path) -> None:
+    """Every staged file dated now: copies keep their saved dates, and one older than a checkout file it is built
+    from (a fresh clone dates every file at the clone) would have Snakemake build it again, the model's weights
+    included (minutes and gigabytes for a 7-8B shape), though no report rule reads them."""
+    now = time.time()
+    for p in results.rglob("*"):
+        os.utime(p, (now, now), follow_symlinks=False)
+
+
 def link_checkout(work: Path) -> None:
     """The checkout's files beside the results (config/, envs/, ...): a config names its files relative to it."""
     for p in ROOT.iterdir():
@@ -175,11 +187,16 @@ def rebuild(results: Path, out: Path, config: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="lorabench-rebuild-") as tmp:
         work = Path(tmp)
         stage(cfg, results, work / "results")
+        fresh(work / "results")
         link_checkout(work)
         if not (work / "results" / "workload" / "requests.json").exists():
             snakemake(work, config.resolve(), ["results/workload/requests.json"], ("workload_requests",), False)
         rules = REPORT_RULES + (SWEEP_RULES if rate_sweep_mixes(cfg) else ())
         snakemake(work, config.resolve(), ["results/report/index.html"], rules, True)
+        logs = work / "logs"
+        built = [r for r in UPSTREAM_RULES if (logs / f"{r}.log").exists() or (logs / r).is_dir()]
+        if built:
+            raise RebuildError(f"the rebuild ran {', '.join(built)}: a staged result looked out of date")
         publish(cfg, results, work / "results", out)
         for rule in ("claims_evaluate", "report_render"):
             for line in (work / "logs" / f"{rule}.log").read_text().splitlines():
