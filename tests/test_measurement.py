@@ -135,10 +135,9 @@ async def _measure(url: str, job: ServerJob, bursts: int = 1):
     async with make_session(4) as s:
         m = Measurer(job, get_engine("vllm"), SPEC, url, RSET, s)
         cells = cycle_cells(job.conditions, job.bursts, job.stream)
-        m.cycle_length = len(cells)
         await m.warm_up(cells)
         for cycle in range(bursts):
-            await m.cycle_burst(Cell("a", 4, False), cycle, 0)
+            await m.cycle_burst(Cell("a", 4, False), cycle, 0, len(cells))
         return m, m.measurements[-1].to_json()
 
 

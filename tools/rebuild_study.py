@@ -146,13 +146,13 @@ def stage(cfg: dict, res: Path, work: Path) -> None:
     shutil.copy2(_need(res / "model" / "manifest.json"), work / "model" / "manifest.json")
     # the request set, where the study keeps it (a long-prompt workload needs the model's tokenizer to be made
     # again, and the weights stay behind): as measured, or gzipped
-    requests = res / "workload" / "requests.json"
-    if requests.exists() or requests.with_suffix(".json.gz").exists():
+    requests, packed = res / "workload" / "requests.json", res / "workload" / "requests.json.gz"
+    if requests.exists() or packed.exists():
         (work / "workload").mkdir(parents=True, exist_ok=True)
         if requests.exists():
             shutil.copy2(requests, work / "workload" / "requests.json")
         else:
-            with gzip.open(requests.with_suffix(".json.gz"), "rb") as src:
+            with gzip.open(packed, "rb") as src:
                 (work / "workload" / "requests.json").write_bytes(src.read())
 
 
@@ -243,14 +243,14 @@ def publish(cfg: dict, res: Path, built: Path, out: Path) -> None:
     for f in (res / "envs").glob("*.freeze.txt"):
         shutil.copy(f, out / "envs" / f.name)
     # the request set kept gzipped, where it came with the results (made again only with the model's tokenizer)
-    requests = res / "workload" / "requests.json"
+    requests, packed = res / "workload" / "requests.json", res / "workload" / "requests.json.gz"
     if requests.exists():
         (out / "workload").mkdir(parents=True, exist_ok=True)
         with gzip.GzipFile(out / "workload" / "requests.json.gz", "wb", mtime=0) as dst:
             dst.write(requests.read_bytes())
-    elif requests.with_suffix(".json.gz").exists() and res.resolve() != out.resolve():
+    elif packed.exists() and res.resolve() != out.resolve():
         (out / "workload").mkdir(parents=True, exist_ok=True)
-        shutil.copy(requests.with_suffix(".json.gz"), out / "workload" / "requests.json.gz")
+        shutil.copy(packed, out / "workload" / "requests.json.gz")
 
 
 def main() -> int:

@@ -74,7 +74,11 @@ def reached_target(values: list[float], target_pct: float, min_n: int, level: fl
 
 
 def _num(row: Any, key: str) -> float | None:
-    raw: Any = row.get(key) if hasattr(row, "get") else None
+    return _as_float(row.get(key) if hasattr(row, "get") else None)
+
+
+def _as_float(raw: Any) -> float | None:
+    """``raw`` as a number, None where it is none (missing, not a number, NaN)."""
     try:
         v = float(raw)
     except (TypeError, ValueError):
@@ -168,23 +172,15 @@ def paced_by(values: list[float], pace: list[float], min_n: int = 6) -> float | 
     """Pearson's r between a cell's burst figures and what paced each burst (the GPU's busy share), where it says
     something: at least ``min_n`` pairs with both varying, and r above 0 beyond chance at 5 % (Fisher's z:
     atanh(r) * sqrt(n - 3) > 1.96: r > 0.81 for 6 pairs, 0.60 for 9, 0.36 for 30). None otherwise."""
-    pairs = [(float(v), float(p)) for v, p in zip(values, pace, strict=True) if _finite(v) and _finite(p)]
-    if len(pairs) < min_n:
-        return None
+    pairs: list[tuple[float, float]] = []
+    for v, p in zip(values, pace, strict=True):
+        a, b = _as_float(v), _as_float(p)
+        if a is not None and b is not None:
+            pairs.append((a, b))
     xs, ys = [a for a, _ in pairs], [b for _, b in pairs]
-    sx, sy = statistics.pstdev(xs), statistics.pstdev(ys)
-    if not sx or not sy:
+    if len(pairs) < min_n or len(set(xs)) < 2 or len(set(ys)) < 2:
         return None
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    r = sum((a - mx) * (b - my) for a, b in pairs) / (len(pairs) * sx * sy)
-    r = max(-1.0, min(1.0, r))
+    r = min(1.0, statistics.correlation(xs, ys))
     if r <= 0 or (r < 1 and math.atanh(r) * math.sqrt(len(pairs) - 3) <= 1.96):
         return None
     return r
-
-
-def _finite(v: Any) -> bool:
-    try:
-        return not math.isnan(float(v))
-    except (TypeError, ValueError):
-        return False

@@ -29,6 +29,7 @@ from .paired import CycleKey, PairedRatio
 
 log = logging.getLogger(__name__)
 
+CellKey = tuple[str, int]  # (condition, burst): a cell of the throughput-reading mode
 STREAM_MODES: dict[str, tuple[bool, ...]] = {"both": (False, True), "on": (True,), "off": (False,)}
 
 
@@ -103,36 +104,33 @@ class Progress:
                     out.append(((c, b), den, ratio))
         return out
 
-    def wide(self, t: Targets) -> list[str]:
-        """What is not yet within its target, one phrase each."""
+    def _unmet(self, t: Targets) -> list[tuple[tuple[CellKey, ...], str]]:
+        """Every target not yet met: the (condition, burst) cells whose bursts can still narrow it (both sides of
+        a comparison; on a server without comparisons, the cell itself) and a phrase saying how wide it is."""
         comps = self.comparisons()
         if comps:
             return [
-                f"{c}/{b} vs {d}: ±{p.halfwidth_points:.1f} points (n={p.n})"
-                for (c, b), (d, _), p in comps
+                ((num, den), f"{num[0]}/{num[1]} vs {den[0]}: ±{p.halfwidth_points:.1f} points (n={p.n})")
+                for num, den, p in comps
                 if not p.within(t.target_points)
             ]
-        if not self.values:
-            return ["nothing measured"]
-        out = []
+        out: list[tuple[tuple[CellKey, ...], str]] = []
         for (c, b), vals in sorted(self.values.items()):
             iv = MedianInterval.of(list(vals.values()))
             if iv.coverage < 0.95 or iv.halfwidth_pct > t.target_ci_pct:
-                out.append(f"{c}/{b}: ±{iv.halfwidth_pct:.1f} % (n={iv.n})")
+                out.append((((c, b),), f"{c}/{b}: ±{iv.halfwidth_pct:.1f} % (n={iv.n})"))
         return out
+
+    def wide(self, t: Targets) -> list[str]:
+        """What is not yet within its target, one phrase each."""
+        if not self.comparisons() and not self.values:
+            return ["nothing measured"]
+        return [phrase for _, phrase in self._unmet(t)]
 
     def needed(self, t: Targets) -> set[tuple[str, int]]:
         """The (condition, burst) cells whose bursts can still narrow a wide interval: both sides of every
         comparison not yet within its target (on a server without comparisons, the cells not yet within theirs)."""
-        comps = self.comparisons()
-        if comps:
-            return {key for num, den, p in comps if not p.within(t.target_points) for key in (num, den)}
-        out = set()
-        for key, vals in self.values.items():
-            iv = MedianInterval.of(list(vals.values()))
-            if iv.coverage < 0.95 or iv.halfwidth_pct > t.target_ci_pct:
-                out.add(key)
-        return out
+        return {key for keys, _ in self._unmet(t) for key in keys}
 
     def done(self, t: Targets) -> bool:
         """The stop rule, after a cycle; sets ``stop_reason``."""

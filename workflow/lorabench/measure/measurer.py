@@ -157,7 +157,6 @@ class Measurer:
     busy: GpuBusy | None = None  # the GPU's busy share per burst (NVML)
     progress: Progress = field(init=False)  # the cycles so far, over every server start of the job
     order: int = 0  # measured bursts so far: each burst's place in the job's order
-    cycle_length: int = 0  # bursts per cycle
     _cycle_start: dict[str, Any] | None = None  # the host's counters at the start of the cycle under way
     _cycle_rows: list[Burst] = field(default_factory=list)  # the bursts of the cycle under way
 
@@ -244,9 +243,7 @@ class Measurer:
         self.metric_rows += [{**s, "measurement_id": b.measurement_id} for s in samples]
         return b
 
-    async def cycle_burst(
-        self, cell: Cell, cycle: int, position: int, length: int | None = None
-    ) -> tuple[float, float]:
+    async def cycle_burst(self, cell: Cell, cycle: int, position: int, length: int) -> tuple[float, float]:
         """One measured burst of a cycle (``cycles.BurstFn``): the burst, then what it cost the engine's HTTP front
         end (its share of one CPU) and the GPU's busy share over it (NVML) and clocks; the host's state (engine
         threads, stolen time, the CPU probe) is read once a cycle, over the whole cycle, and given to each of its
@@ -271,8 +268,7 @@ class Measurer:
         if self.busy is not None:
             b.metrics["gpu_busy_pct"] = self.busy.share(w0, w1)
         self._cycle_rows.append(b)
-        last = position == (length if length is not None else self.cycle_length) - 1
-        if last and self.host is not None and self._cycle_start is not None:
+        if position == length - 1 and self.host is not None and self._cycle_start is not None:
             host = self.host.window(self._cycle_start, self.host.snapshot())
             for r in self._cycle_rows:
                 r.metrics.update(host)
@@ -296,7 +292,6 @@ class Measurer:
             checked = await canary(self.session, self.base_url, self.engine, self.spec, sorted(self.spec.adapters))
             log.info("canary: every adapter changes the output (%s)", ", ".join(sorted(self.spec.adapters)))
         cells = cycle_cells(job.conditions, job.bursts, job.stream)
-        self.cycle_length = len(cells)
         await self.warm_up(cells)
         await run_cycles(self.cycle_burst, cells, self.progress, job_targets(job), self.instance, until_cycle,
                          job.stream)  # fmt: skip
