@@ -11,6 +11,8 @@
 #                                                     OUTDIR ($OUT), pack what has finished so far into it: every
 #                                                     poll brings the finished jobs back, a lost machine loses only
 #                                                     the job in flight
+#   bash dev/engine_stretch.sh waitjob SECONDS OUTDIR the same, but back as soon as the next job starts: near the
+#                                                     end of a loan, each finished job is packed when it finishes
 #   bash dev/engine_stretch.sh status                 steps so far and the last cycle lines
 #   bash dev/engine_stretch.sh pack OUTDIR            one archive per finished job (records compressed), plus logs
 # SITE: the overlay naming the machine's engine installations (default dev/device-site.yaml). ES: the folder of this
@@ -79,11 +81,13 @@ print(' '.join(['results/servers/%s/facts.json' % s for s in srv] + extra))")
     tail -n 8 "$S/steps.log" 2>/dev/null
     grep -hE "cycles stop|cycle [0-9]+ done|Error|error|ready after" "$W"/logs/server_loadtest/*.log 2>/dev/null | tail -n 4 | cut -c1-230
     ;;
-  wait)
-    end=$(( $(date +%s) + ${2:-500} ))
+  wait|waitjob)
+    end=$(( $(date +%s) + ${2:-500} )); steps=$(wc -l < "$S/steps.log" 2>/dev/null || echo 0)
     while [ "$(date +%s)" -lt "$end" ]; do
       kill -0 "$(cat "$S/driver.pid" 2>/dev/null)" 2>/dev/null || break
-      sleep 10
+      # waitjob: back as soon as the next job starts (the one before it finished: packed now, not at the next poll)
+      [ "$1" = waitjob ] && [ "$(wc -l < "$S/steps.log")" -gt "$steps" ] && break
+      sleep 5
     done
     bash "$0" status
     [ -n "${3:-}" ] && bash "$0" pack "$3" > /dev/null && ls "$3"
@@ -98,5 +102,5 @@ print(' '.join(['results/servers/%s/facts.json' % s for s in srv] + extra))")
     (cd "$W" && tar -czf "$out/meta.tgz" results/envs results/model/manifest.json results/adapters/*.json results/workload logs 2>/dev/null)
     ls -la "$out"
     ;;
-  *) echo "usage: $0 prepare CONFIG | start CONFIG ENGINE | status | wait SECONDS | pack OUTDIR"; exit 2 ;;
+  *) echo "usage: $0 prepare CONFIG | start CONFIG ENGINE | status | wait[job] SECONDS [OUTDIR] | pack OUTDIR"; exit 2 ;;
 esac
