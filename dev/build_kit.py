@@ -4,6 +4,7 @@ exercise exactly the pins a user installs.
   python3 dev/build_kit.py vllm      writes .kit-vllm/   (c1/, c2/, ...: the packed parts; bin/: stage.sh, env.sh)
   python3 dev/build_kit.py sglang    writes .kit-sglang/
   python3 dev/build_kit.py vllm --list   only print the kit's pins (no download)
+  python3 dev/build_kit.py vllm --repart recut an existing .kit-vllm/ into parts that fit beside today's tree
 
 The kit is the part of the closure the device image lacks: the packages the engine's server imports that the image
 does not have (dev/kit/ENGINE.txt, found by importing the server on a machine without a GPU; see dev/README.md),
@@ -30,6 +31,7 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "dev"))
+from carry_pieces import tree_bytes  # noqa: E402
 from pin_env import platform_of, platforms, read_pins  # noqa: E402
 
 PINNED = {"vllm": ROOT / "envs" / "vllm-0.26.0-cu13.txt", "sglang": ROOT / "envs" / "sglang-0.5.17-cu13.txt"}
@@ -116,7 +118,21 @@ def build(engine: str, part_mb: int, shared: Path, work: Path) -> Path:
     kit = ROOT / f".kit-{engine}"
     shutil.rmtree(kit, ignore_errors=True)
     (kit / "bin").mkdir(parents=True)
-    data = packed.read_bytes()
+    n = cut(kit, engine, packed.read_bytes(), part_mb)
+    shutil.copy(KIT / "stage.sh", kit / "bin" / "stage.sh")
+    shutil.copy(KIT / f"env-{engine}.sh", kit / "bin" / "env.sh")
+    exclude = ROOT / ".git" / "info" / "exclude"
+    if exclude.parent.is_dir() and f"/.kit-{engine}/" not in exclude.read_text(errors="replace").split():
+        with open(exclude, "a") as f:
+            f.write(f"/.kit-{engine}/\n")
+    print(f"{kit}: {len(pins)} wheels, {packed.stat().st_size / 2**20:.1f} MiB in {n} part(s)")
+    return kit
+
+
+def cut(kit: Path, engine: str, data: bytes, part_mb: int) -> int:
+    """The packed kit cut into ``kit/cN/`` parts of at most ``part_mb`` MiB, with the manifest stage.sh checks."""
+    for old in kit.glob("c[0-9]*"):
+        shutil.rmtree(old)
     size = part_mb * 2**20
     parts = [data[i : i + size] for i in range(0, len(data), size)]
     for i, part in enumerate(parts):
@@ -125,14 +141,25 @@ def build(engine: str, part_mb: int, shared: Path, work: Path) -> Path:
     (kit / "bin" / "KIT.manifest").write_text(
         f"ENGINE {engine}\nNPARTS {len(parts)}\nSHA256 {hashlib.sha256(data).hexdigest()}\nBYTES {len(data)}\n"
     )
-    shutil.copy(KIT / "stage.sh", kit / "bin" / "stage.sh")
-    shutil.copy(KIT / f"env-{engine}.sh", kit / "bin" / "env.sh")
-    exclude = ROOT / ".git" / "info" / "exclude"
-    if exclude.parent.is_dir() and f"/.kit-{engine}/" not in exclude.read_text(errors="replace").split():
-        with open(exclude, "a") as f:
-            f.write(f"/.kit-{engine}/\n")
-    print(f"{kit}: {len(pins)} wheels, {len(data) / 2**20:.1f} MiB in {len(parts)} part(s)")
-    return kit
+    return len(parts)
+
+
+def repart(engine: str, part_mb: int) -> int:
+    """Recut an existing kit (the tree grew, so a part no longer fits beside it), checked against its manifest."""
+    kit = ROOT / f".kit-{engine}"
+    manifest = dict(line.split(" ", 1) for line in (kit / "bin" / "KIT.manifest").read_text().splitlines())
+    n = int(manifest["NPARTS"])
+    data = b"".join((kit / f"c{i + 1}" / f"{engine}-kit.tar.xz.part{i}").read_bytes() for i in range(n))
+    if hashlib.sha256(data).hexdigest() != manifest["SHA256"]:
+        raise SystemExit(f"{kit}: its parts do not join to the manifest's sha256: build it again")
+    n = cut(kit, engine, data, part_mb)
+    print(f"{kit}: {len(data) / 2**20:.1f} MiB in {n} part(s) of at most {part_mb} MiB")
+    return 0
+
+
+def default_part_mb() -> int:
+    """The largest part that fits one call beside today's tree: 64 MiB less the tree, less 2 MiB to spare."""
+    return max(8, int(64 - tree_bytes(ROOT) / 2**20 - 2))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,17 +169,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--part-mb",
         type=int,
-        default=30,
-        help="largest part (MiB); a device call carries one with the tree (30 MiB on 2026-12-03), under 64 MiB",
+        help="largest part (MiB; default: what fits one call beside the tree, 64 MiB less the tree less 2)",
     )
+    ap.add_argument("--repart", action="store_true", help="recut the existing kit's parts (no download)")
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "gpu", help="the lab's GPU notes")
     args = ap.parse_args(argv)
     if args.list:
         for n, (v, _) in kit_pins(args.engine).items():
             print(f"{n}=={v}")
         return 0
+    part_mb = args.part_mb or default_part_mb()
+    if args.repart:
+        return repart(args.engine, part_mb)
     with tempfile.TemporaryDirectory() as work:
-        build(args.engine, args.part_mb, args.shared, Path(work))
+        build(args.engine, part_mb, args.shared, Path(work))
     return 0
 
 

@@ -82,6 +82,21 @@ def test_the_h200_kit_is_taken_from_the_closure(engine: str):
     assert all(kit[n] == pins[n] for n in kit)  # the same versions and hashes
 
 
+def test_a_kit_recut_joins_to_the_same_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(build_kit, "ROOT", tmp_path)
+    kit = tmp_path / ".kit-vllm"
+    (kit / "bin").mkdir(parents=True)
+    data = os.urandom(5 * 2**20 + 123)
+    assert build_kit.cut(kit, "vllm", data, 3) == 2
+    assert build_kit.repart("vllm", 1) == 0
+    parts = sorted(kit.glob("c*/vllm-kit.tar.xz.part*"), key=lambda p: int(p.name.rsplit("part", 1)[1]))
+    assert len(parts) == 6 and b"".join(p.read_bytes() for p in parts) == data
+    assert "NPARTS 6" in (kit / "bin" / "KIT.manifest").read_text()
+    parts[0].write_bytes(b"x")  # a damaged part is refused, not cut again
+    with pytest.raises(SystemExit, match="sha256"):
+        build_kit.repart("vllm", 2)
+
+
 @pytest.mark.skipif(os.environ.get("LORABENCH_REGISTRY") != "1", reason="asks the registry: LORABENCH_REGISTRY=1")
 @pytest.mark.parametrize("path", PINNED, ids=lambda p: p.name)
 def test_every_pin_is_on_the_registry_as_pinned(path: Path):
