@@ -224,3 +224,29 @@ def test_full_disk_stops_the_build_at_once_naming_the_folders(tmp_path: Path):
         envs._pip_install(py, tmp_path / "req.txt", tmp_path)
     assert "env_root" in str(err.value)
     assert (tmp_path / "calls").read_text().strip() == "1"
+
+
+def test_an_environment_is_byte_compiled_on_every_core_after_pip(tmp_path: Path, monkeypatch):
+    """pip installs without compiling (it would, one file at a time); compileall -j 0 does it after, and a file
+    that does not compile (exit 1) leaves the environment complete, as pip would."""
+    calls: list[list[str]] = []
+
+    def run(argv: list[str], env=None, what: str = "", heartbeat_s: float = 30.0) -> str:
+        calls.append(argv)
+        if argv[1:3] == ["-m", "venv"]:
+            Path(argv[3]).mkdir(parents=True)
+        if "compileall" in argv:
+            raise RuntimeError("byte-compile failed (exit 1):\n*** Error compiling 'py2_sample.py'")
+        return ""
+
+    monkeypatch.setattr(envs, "_run", run)
+    req = tmp_path / "req.txt"
+    req.write_text("tiny==1.0\n")
+    spec = {"engine": "e", "version": "1", "requirements": str(req), "env_root": str(tmp_path / "envs"),
+            "python_version": f"{sys.version_info.major}.{sys.version_info.minor}", "remove": ["x"]}  # fmt: skip
+    venv = envs.build_venv(spec)
+    pip = next(c for c in calls if c[1:4] == ["-m", "pip", "install"])
+    assert "--no-compile" in pip
+    assert [c[2] for c in calls[1:]] == ["pip", "pip", "compileall"]  # install, uninstall, then compile
+    assert calls[-1][-4:] == ["-q", "-j", "0", str(venv / "lib")]
+    assert (venv / ".complete").exists()

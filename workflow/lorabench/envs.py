@@ -102,7 +102,8 @@ def _pip_install(py: str, req: Path, root: Path, attempts: int = PIP_ATTEMPTS) -
     """``pip install -r req`` into the venv of ``py``, tried again after a failure (a registry that drops a
     download halfway is the usual one), except when the disk is full: that error names the folders and their
     free space instead."""
-    argv = [py, "-m", "pip", "install", "--no-deps", "--no-input", "--progress-bar", "off", "-r", str(req)]
+    argv = [py, "-m", "pip", "install", "--no-deps", "--no-input", "--progress-bar", "off", "--no-compile", "-r",
+            str(req)]  # fmt: skip
     for attempt in range(1, attempts + 1):
         try:
             _run(argv, what=f"pip install -r {req}")
@@ -119,6 +120,16 @@ def _pip_install(py: str, req: Path, root: Path, attempts: int = PIP_ATTEMPTS) -
                 raise RuntimeError(f"{exc}\n(tried {attempts} times; {space})") from exc
             log.warning("pip install failed (attempt %d of %d, %s); trying again", attempt, attempts, space)
             time.sleep(5 * attempt)
+
+
+def _byte_compile(py: str, venv: Path) -> None:
+    """The venv's modules byte-compiled on every core at once, as pip (told ``--no-compile``) would have done one
+    file at a time (benchmarks/env_install.py). A file that does not compile (a package's Python 2 sample) is left
+    as pip leaves it: compileall then exits 1, which is logged, not raised."""
+    try:
+        _run([py, "-m", "compileall", "-q", "-j", "0", str(venv / "lib")], what="byte-compile")
+    except RuntimeError as exc:
+        log.info("byte-compile: some files did not compile, as with pip (%s)", str(exc).strip().splitlines()[-1])
 
 
 def build_venv(spec: dict[str, Any]) -> Path:
@@ -139,6 +150,7 @@ def build_venv(spec: dict[str, Any]) -> Path:
     _pip_install(py, req, root)
     if spec.get("remove"):
         _run([py, "-m", "pip", "uninstall", "-y", *spec["remove"]], what="pip uninstall")
+    _byte_compile(py, venv)
     marker.write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z") + "\n")
     return venv
 
