@@ -129,7 +129,7 @@ def _byte_compile(py: str, venv: Path) -> None:
     try:
         _run([py, "-m", "compileall", "-q", "-j", "0", str(venv / "lib")], what="byte-compile")
     except RuntimeError:
-        log.info("byte-compile: compileall exited 1: some files did not compile, as pip leaves them (listed above)")
+        log.info("byte-compile: compileall exited 1: some files do not compile (listed above), as pip leaves them")
 
 
 def build_venv(spec: dict[str, Any]) -> Path:
