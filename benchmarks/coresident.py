@@ -36,6 +36,7 @@ from lorabench.loadgen.client import make_session  # noqa: E402
 from lorabench.measure.burst import _burst_figures  # noqa: E402
 from lorabench.measure.cycles import Cell  # noqa: E402
 from lorabench.measure.measurer import requests_for, send  # noqa: E402
+from lorabench.measure.paired import PairedRatio  # noqa: E402
 from lorabench.median import MedianInterval  # noqa: E402
 from lorabench.server import study_api_key  # noqa: E402
 from lorabench.session import engine_server, job_cpus, read_request_set, ready_server  # noqa: E402
@@ -66,11 +67,13 @@ async def cycles(servers: list, cells: list[tuple[int, str]], burst: int, n: int
 
 
 def paired(rows: list[dict], num: str, den: str) -> tuple[float, float, float, int]:
-    by = {(r["cycle"], r["cell"]): r["tok_s"] for r in rows}
-    cyc = sorted({r["cycle"] for r in rows})
-    ratios = [by[(c, num)] / by[(c, den)] - 1 for c in cyc if (c, num) in by and (c, den) in by]
-    mi = MedianInterval.of(ratios)
-    return 100 * mi.median, 100 * mi.lo, 100 * mi.hi, mi.n
+    """num/den paired per cycle, as the pipeline pairs a server's cells (``measure.paired.PairedRatio``), in %."""
+
+    def by_cycle(cell: str) -> dict[tuple[int, int], float]:
+        return {(0, r["cycle"]): r["tok_s"] for r in rows if r["cell"] == cell}
+
+    p = PairedRatio.of_pairs(by_cycle(num), by_cycle(den))
+    return p.pct, 100 * (p.lo - 1), 100 * (p.hi - 1), p.n
 
 
 def cell_median(rows: list[dict], cell: str) -> tuple[float, float, float, int]:

@@ -128,8 +128,8 @@ def _byte_compile(py: str, venv: Path) -> None:
     as pip leaves it: compileall then exits 1, which is logged, not raised."""
     try:
         _run([py, "-m", "compileall", "-q", "-j", "0", str(venv / "lib")], what="byte-compile")
-    except RuntimeError:
-        log.info("byte-compile: compileall exited 1: some files do not compile (listed above), as pip leaves them")
+    except RuntimeError as exc:  # the first line says how it ended: "byte-compile failed (exit N):"
+        log.info("%s some files do not compile (listed above), left as pip leaves them", str(exc).splitlines()[0])
 
 
 def build_venv(spec: dict[str, Any]) -> Path:
