@@ -193,6 +193,19 @@ def test_one_api_key_per_study_kept_private(tmp_path: Path):
     assert study_api_key(tmp_path / "other") != key
 
 
+def test_api_key_never_reads_as_a_flag(tmp_path: Path):
+    # SGLang takes the key as `--api-key KEY`: a key starting with "-" made every server of a study (the H200 loan
+    # of 2026-12-03) exit with "argument --api-key: expected one argument".
+    from lorabench.server import study_api_key
+
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / ".api-key").write_text("-rxOldKeyOfAnEarlierVersion")
+    key = study_api_key(results)
+    assert not key.startswith("-") and (results / ".api-key").read_text() == key
+    assert not any(study_api_key(tmp_path / f"r{i}").startswith("-") for i in range(200))
+
+
 def _fake_pip(tmp_path: Path, failures: int, message: str) -> str:
     """A stand-in for a venv's python whose ``-m pip install`` fails ``failures`` times with ``message``."""
     count = tmp_path / "calls"

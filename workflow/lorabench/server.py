@@ -41,14 +41,18 @@ def study_api_key(results: Path) -> str:
     """The API key the servers of one study require: made once in ``results/.api-key`` (readable by its owner
     only), then reused by every server job and every rerun of the study. One key per study rather than per start:
     vLLM folds its environment, ``VLLM_API_KEY`` included, into the key of its compile cache, so a fresh key per
-    start would make every start compile again."""
+    start would make every start compile again. The key never starts with "-": an engine that takes it on its
+    command line (SGLang's ``--api-key KEY``) would read such a key as a flag and refuse to start; a key of an
+    older study that does is replaced."""
     path = results / ".api-key"
+    if path.exists() and path.read_text().startswith("-"):
+        path.unlink()
     if not path.exists():
         results.mkdir(parents=True, exist_ok=True)
         tmp = results / f".api-key.{os.getpid()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(24))
+            f.write("lb" + secrets.token_urlsafe(24))
         with contextlib.suppress(FileExistsError):  # another job of the study made it first: use theirs
             os.link(tmp, path)
         tmp.unlink()
