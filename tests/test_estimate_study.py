@@ -50,7 +50,11 @@ def test_left_counts_only_jobs_not_saved_with_the_current_settings(tmp_path):
     lo, hi = minutes(proc.stdout, "vllm-lora-2-runtime")  # not measured yet
     assert 0 < lo <= hi and "total left" in proc.stdout
     # server jobs saved with method v1 are measured again under the current settings; runtime loading is kept
-    old = estimate("config/gpu-h200-both.yaml", "--from", "studies/h200-8b", "--left", "studies/h200-both")
+    v1 = tmp_path / "h200-vllm"  # method v1's server jobs, beside a runtime-loading job of today's layout
+    shutil.copytree(ROOT / "studies/h200-vllm", v1, ignore=shutil.ignore_patterns("report", "summary", "*.gz"))
+    (v1 / "runtime_load/vllm-lora-2").mkdir()
+    shutil.copy(ROOT / "studies/h200-1.7b/runtime_load/vllm-lora-2/load.json", v1 / "runtime_load/vllm-lora-2")
+    old = estimate("config/gpu-h200.yaml", "--from", "studies/h200-8b", "--left", str(v1))
     assert old.returncode == 0 and not re.search(r"^\S+-lora-(off|2|4)\s+\S+\s+done", old.stdout, re.M)
     assert re.search(r"^vllm-lora-2-runtime\s+vllm\s+done", old.stdout, re.M)
 

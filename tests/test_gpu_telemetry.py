@@ -10,8 +10,11 @@ from lorabench.report_model import findings, stability
 from lorabench.resources import GpuTelemetry, summarize_gpu_samples
 from lorabench.summary import _flatten, summarize_cell
 
-MEASURED = Path(__file__).parents[1] / "studies/h200-both/servers/vllm-lora-2/measurements.jsonl"
-SGLANG = MEASURED.parents[1] / "sglang-lora-2" / "measurements.jsonl"  # measured with GpuTelemetry
+# Rows of the method-v1 H200 study of 2026-12-01 (studies/h200-both, since removed): one measurement was several
+# bursts, so a cell's spread splits into between measurements and between bursts.
+V1 = Path(__file__).parent / "fixtures" / "h200-v1"
+MEASURED = V1 / "vllm-lora-2.jsonl"
+SGLANG = V1 / "sglang-lora-2.jsonl"  # measured with GpuTelemetry
 
 # The shape of `nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,
 # clocks_event_reasons.active --format=csv,noheader,nounits` lines, split at commas.

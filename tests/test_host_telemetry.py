@@ -19,7 +19,7 @@ from lorabench.summary import summarize_cell
 from .test_gpu_telemetry import measured_cell
 
 ROOT = Path(__file__).parents[1]
-MEASURED = ROOT / "studies/h200-both/servers/sglang-lora-2/measurements.jsonl"
+MEASURED = ROOT / "tests/fixtures/h200-v1/sglang-lora-2.jsonl"  # see tests/test_gpu_telemetry.py
 
 # One spinning thread beside four idle ones, as an engine's scheduler loop beside its helper threads, all on the
 # last CPU this process may use.
@@ -143,7 +143,7 @@ def _slow_states():
 
 def test_slow_states_groups_measurements_by_the_busiest_threads_cpu(tmp_path):
     # Committed H200 measurements with a made-up CPU per measurement: those on CPU 9 were the slow ones.
-    rows = [json.loads(line) for line in (ROOT / "studies/h200-both/servers/sglang-lora-4/measurements.jsonl").open()]
+    rows = [json.loads(line) for line in (ROOT / "tests/fixtures/h200-v1/sglang-lora-4.jsonl").open()]
     rows = [r for r in rows if not r.get("warmup") and not r.get("n_errors")][:60]
     meds: dict[tuple, list[float]] = {}
     for r in rows:

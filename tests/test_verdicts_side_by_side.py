@@ -14,12 +14,12 @@ import verdicts_side_by_side as vs  # noqa: E402
 
 
 def test_each_study_has_a_column_and_judged_claims_a_row():
-    lines = vs.table([ROOT / "studies" / "h200-8b", ROOT / "studies" / "h200-both"])
-    assert lines[0] == "| claim | claimed | h200-8b | h200-both |"
+    lines = vs.table([ROOT / "studies" / "h200-8b", ROOT / "studies" / "h200-1.7b"])
+    assert lines[0] == "| claim | claimed | h200-8b | h200-1.7b |"
     row = next(x for x in lines if x.startswith("| s3-b48-adapter-a |"))
     assert row.count("|") == 5 and "%" in row
     assert not any(x.startswith("| s2-base-params |") and "not comparable | not comparable" in x for x in lines)
-    assert lines[-1].startswith("\nh200-both: ")
+    assert lines[-1].startswith("\nh200-1.7b: ")
 
 
 def test_a_folder_without_verdicts_is_named(tmp_path: Path):
