@@ -126,3 +126,28 @@ def test_each_fault_stops_the_job_naming_key_and_folder(
     # what the adapter was made for, beside the study's model
     if fault in ("targets", "fused-targets", "hidden-size", "layers"):
         assert "this study's model is tiny-qwen3 (qwen3, hidden_size 256, 2 layers)" in msg, msg
+
+
+def test_the_same_synthetic_adapter_is_the_same_bytes_in_every_build(tmp_path: Path, model: dict[str, Any]):
+    # PEFT writes target_modules in the order of the run's string hashes: two builds of one adapter on the H200
+    # (2026-12-03) differed in adapter_config.json alone. Built here under two hash seeds, in fresh interpreters.
+    import os
+    import subprocess
+    import sys
+
+    spec = {"rank": 8, "alpha": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
+            "init_lora_b_std": 0.02, "seed": 1}  # fmt: skip
+    code = (
+        "import json, sys; from pathlib import Path; from lorabench.adapters import build_adapter; "
+        "m = build_adapter(Path(sys.argv[1]), 'a', json.loads(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])); "
+        "print(json.dumps(m['files']))"
+    )
+    files = []
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        args = [model["path"], json.dumps(spec), str(tmp_path / seed), str(model["parameters"])]
+        out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, check=True)
+        files.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert files[0] == files[1]
+    cfg = json.loads((tmp_path / "1" / "adapter_config.json").read_text())
+    assert cfg["target_modules"] == ["k_proj", "o_proj", "q_proj", "v_proj"]

@@ -6,6 +6,7 @@ of the base model, bytes on disk and the sha256 of every file.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,7 @@ def build_adapter(model_dir: Path, name: str, spec: dict[str, Any], out_dir: Pat
     trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
     out_dir.mkdir(parents=True, exist_ok=True)
     peft_model.save_pretrained(str(out_dir), safe_serialization=True)
+    stable_adapter_config(out_dir / "adapter_config.json")
     files = file_digests(out_dir)
     dtype = str(next(p for n, p in peft_model.named_parameters() if "lora_A" in n).dtype).replace("torch.", "")
     manifest: dict[str, Any] = {
@@ -89,6 +91,16 @@ def build_adapter(model_dir: Path, name: str, spec: dict[str, Any], out_dir: Pat
         **size_figures(trainable, base_params, files),
     }
     return write_manifest(out_dir, manifest)
+
+
+def stable_adapter_config(path: Path) -> None:
+    """PEFT keeps target_modules as a set and writes it in the order of that run's string hashes, so the same
+    adapter's adapter_config.json differed between builds (and its sha256 in the manifest). Written again with the
+    list sorted, in PEFT's own layout (indent 2, keys sorted); engines read the modules as a set."""
+    cfg = json.loads(path.read_text())
+    if isinstance(cfg.get("target_modules"), list):
+        cfg["target_modules"] = sorted(cfg["target_modules"])
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True))
 
 
 def file_digests(folder: Path) -> dict[str, dict[str, Any]]:
