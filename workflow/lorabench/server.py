@@ -46,7 +46,7 @@ def study_api_key(results: Path) -> str:
     older study that does is replaced."""
     path = results / ".api-key"
     if path.exists() and path.read_text().startswith("-"):
-        path.unlink()
+        path.unlink(missing_ok=True)  # another job of the study may have replaced it first
     if not path.exists():
         results.mkdir(parents=True, exist_ok=True)
         tmp = results / f".api-key.{os.getpid()}"
