@@ -6,12 +6,11 @@ of the base model, bytes on disk and the sha256 of every file.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
-from .io import sha256_file, write_json
+from .io import read_json, sha256_file, write_json
 
 log = logging.getLogger(__name__)
 
@@ -96,11 +95,11 @@ def build_adapter(model_dir: Path, name: str, spec: dict[str, Any], out_dir: Pat
 def stable_adapter_config(path: Path) -> None:
     """PEFT keeps target_modules as a set and writes it in the order of that run's string hashes, so the same
     adapter's adapter_config.json differed between builds (and its sha256 in the manifest). Written again with the
-    list sorted, in PEFT's own layout (indent 2, keys sorted); engines read the modules as a set."""
-    cfg = json.loads(path.read_text())
+    list sorted (``io.write_json``: PEFT's indent and key order); engines read the modules as a set."""
+    cfg = read_json(path)
     if isinstance(cfg.get("target_modules"), list):
         cfg["target_modules"] = sorted(cfg["target_modules"])
-    path.write_text(json.dumps(cfg, indent=2, sort_keys=True))
+    write_json(path, cfg)
 
 
 def file_digests(folder: Path) -> dict[str, dict[str, Any]]:
