@@ -45,8 +45,9 @@ def study_api_key(results: Path) -> str:
     command line (SGLang's ``--api-key KEY``) would read such a key as a flag and refuse to start; a key of an
     older study that does is replaced."""
     path = results / ".api-key"
-    if path.exists() and path.read_text().startswith("-"):
-        path.unlink(missing_ok=True)  # another job of the study may have replaced it first
+    with contextlib.suppress(FileNotFoundError):  # none yet, or another job of the study replacing it first
+        if path.read_text().startswith("-"):
+            path.unlink(missing_ok=True)
     if not path.exists():
         results.mkdir(parents=True, exist_ok=True)
         tmp = results / f".api-key.{os.getpid()}"
