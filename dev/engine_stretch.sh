@@ -6,7 +6,8 @@
 #   bash dev/engine_stretch.sh start CONFIG ENGINE    detached: the engine's record, then its server jobs (LoRA off
 #                                                     first, then by slot count); ONLY=REGEX keeps matching targets;
 #                                                     RUNTIME=1 adds the engine's runtime-loading jobs, last;
-#                                                     SWEEP=1 its rate sweeps (rate_sweep.servers), after them
+#                                                     SWEEP=1 its rate sweeps (rate_sweep.servers), after them;
+#                                                     PREFIX=1 its prefix-caching jobs (prefix_cache.server), first
 #   bash dev/engine_stretch.sh wait SECONDS [OUTDIR]  poll until the run stops or SECONDS pass, then status; with
 #                                                     OUTDIR ($OUT), pack what has finished so far into it: every
 #                                                     poll brings the finished jobs back, a lost machine loses only
@@ -62,7 +63,10 @@ rl = [rl] if isinstance(rl, str) else (rl or [])
 extra = ['results/runtime_load/%s/load.json' % s for s in srv if s in rl] if '${RUNTIME:-0}' == '1' else []
 rs = (c.get('rate_sweep') or {}).get('servers') or []
 extra += ['results/rate_sweep/%s/sweep.json' % s for s in srv if s in rs] if '${SWEEP:-0}' == '1' else []
-print(' '.join(['results/servers/%s/facts.json' % s for s in srv] + extra))")
+pc = (c.get('prefix_cache') or {}).get('server')
+pc = [pc] if isinstance(pc, str) else (pc or [])
+first = ['results/prefix_cache/%s/prefix.json' % s for s in srv if s in pc] if '${PREFIX:-0}' == '1' else []
+print(' '.join(first + ['results/servers/%s/facts.json' % s for s in srv] + extra))")
     setsid nohup bash -c "
       cd '$W'
       echo \"STEP env $engine \$(date +%T)\" >> '$S/steps.log'
