@@ -8,6 +8,9 @@
 #                                                     RUNTIME=1 adds the engine's runtime-loading jobs, last;
 #                                                     SWEEP=1 its rate sweeps (rate_sweep.servers), after them;
 #                                                     PREFIX=1 its prefix-caching jobs (prefix_cache.server), first
+#   bash dev/engine_stretch.sh after DIR CONFIG ENGINE  detached: once the run in DIR (another ES) has stopped and
+#                                                     this ES is prepared, start CONFIG ENGINE here: one server on
+#                                                     the GPU at a time, a second study queued behind the first
 #   bash dev/engine_stretch.sh wait SECONDS [OUTDIR]  poll until the run stops or SECONDS pass, then status; with
 #                                                     OUTDIR ($OUT), pack what has finished so far into it: every
 #                                                     poll brings the finished jobs back, a lost machine loses only
@@ -80,6 +83,16 @@ print(' '.join(first + ['results/servers/%s/facts.json' % s for s in srv] + extr
       echo \"STEP DONE \$(date +%T)\" >> '$S/steps.log'" > "$S/driver.log" 2>&1 < /dev/null &
     echo $! > "$S/driver.pid"; echo "started $(cat "$S/driver.pid"): $targets"
     ;;
+  after)
+    prev=${2:?folder of the run to wait for}; cfg=${3:?config}; engine=${4:?engine id}
+    setsid nohup bash -c "
+      sleep 5
+      while kill -0 \$(cat '$prev/driver.pid' 2>/dev/null) 2>/dev/null; do sleep 3; done
+      while ! grep -qE 'prepared|FAILED' '$S/steps.log' 2>/dev/null; do sleep 3; done
+      grep -q 'FAILED prepare' '$S/steps.log' && exit 6
+      cd '$W' && bash dev/engine_stretch.sh start '$cfg' '$engine'" > "$S/after.log" 2>&1 < /dev/null &
+    echo "queued behind $prev: $cfg $engine (log $S/after.log)"
+    ;;
   status)
     if [ -f "$S/driver.pid" ] && kill -0 "$(cat "$S/driver.pid")" 2>/dev/null; then echo RUNNING; else echo STOPPED; fi
     tail -n 8 "$S/steps.log" 2>/dev/null
@@ -106,5 +119,5 @@ print(' '.join(first + ['results/servers/%s/facts.json' % s for s in srv] + extr
     (cd "$W" && tar -czf "$out/meta.tgz" results/envs results/model/manifest.json results/adapters/*.json results/workload logs 2>/dev/null)
     ls -la "$out"
     ;;
-  *) echo "usage: $0 prepare CONFIG | start CONFIG ENGINE | status | wait[job] SECONDS [OUTDIR] | pack OUTDIR"; exit 2 ;;
+  *) echo "usage: $0 prepare CONFIG | start CONFIG ENGINE | after DIR CONFIG ENGINE | status | wait[job] SECONDS [OUTDIR] | pack OUTDIR"; exit 2 ;;
 esac
