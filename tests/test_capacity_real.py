@@ -12,6 +12,7 @@ import yaml
 
 from lorabench.capacity import SweepFile
 from lorabench.io import read_json, read_jsonl
+from lorabench.measure.sweep import search_range
 
 from .conftest import EAGER, seed_inputs
 from .test_pipeline_e2e import copy_repo, snakemake
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 CONFIG = "config/studies/capacity-cpu.yaml"
 LIGHTER_SWEEP = {"repeats": 2, "points": 2, "max_rate_factor": 1.9, "warmup_s": 0.5, "duration_s": 4, "drain_s": 0.5,
-                 "settle_s": 0.5}  # fmt: skip
+                 "settle_s": 0.5, "search_steps": 2}  # fmt: skip
 CYCLES = LIGHTER_SWEEP["repeats"]
 
 
@@ -31,7 +32,8 @@ def capacity(tmp_path_factory: pytest.TempPathFactory, built_inputs: Path) -> Pa
     cfg = yaml.safe_load((work / CONFIG).read_text())
     for srv in cfg["servers"].values():
         srv["args"] = {**srv.get("args", {}), **EAGER}
-    # lighter for CI (the behaviour, not the figures): 2 cycles of 10 %, 100 % and 190 % of the probe's rate, 5 s a run
+    # lighter for CI (the behaviour, not the figures): a cycle of 10 %, 100 % and 190 % of the probe's rate, then one
+    # of two search steps (or the grid again where every rate met the SLO), 5 s a run
     cfg["rate_sweep"].update(LIGHTER_SWEEP)
     (work / CONFIG).write_text(yaml.safe_dump(cfg, sort_keys=False))
     snakemake(work, "--configfile", CONFIG, "--replace-workflow-config", "sweeps", timeout=2400)
@@ -44,7 +46,10 @@ def test_each_server_swept_its_mixes_under_the_harness(capacity: Path):
         swept = SweepFile.read(out / "sweep.json")
         assert swept.status == "ok" and [s.mix for s in swept.sweeps] == mixes
         for s in swept.sweeps:
-            assert s.max_rate_per_s > 0 and s.cycles == CYCLES and len(s.points) == CYCLES * len(s.fractions)
+            bracketed = search_range(s, swept.slo) is not None
+            later = LIGHTER_SWEEP["search_steps"] if bracketed else len(s.fractions)
+            assert s.max_rate_per_s > 0 and s.cycles == CYCLES
+            assert len(s.points) == len(s.fractions) + (CYCLES - 1) * later, (server, s.mix, s.stop_reason)
             assert s.fractions[0] == 0.1 and s.points[0].n_window > 0
             assert len(s.fractions) >= 2, (server, s.mix, s.stop_reason)  # 10 % of the probe's rate keeps pace
             # latency rises with the offered rate: the highest rate's p99 TTFT (median over cycles) above the lowest

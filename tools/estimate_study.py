@@ -8,7 +8,8 @@ sum of its bursts plus the harness's work between them. Cycles go from ``repetit
 (runtime loading, prefix caching) is a start-up and its work. A rate sweep is a start-up, the stop and, per mix,
 one probe run and ``repeats`` cycles of runs, each run lasting its ramp, window and drain plus ``settle_s``: from
 ``points`` runs a cycle (the first cycle stopped at the probe's rate, the low figure) to every rate of the grid up
-to ``max_rate_factor`` (no rate over-saturated, the high figure). Start-ups, a burst's duration per burst size and the
+to ``max_rate_factor`` (no rate over-saturated, the high figure); with ``search_steps`` K, the first cycle so and
+each later one K runs. Start-ups, a burst's duration per burst size and the
 work between bursts are taken from finished jobs of the same engine under --from STUDY_DIR (their facts' timing
 and their bursts), else stated defaults; the low figure takes the median start, the high one the slowest start
 seen (the first start on a fresh machine compiles kernels). A study of a bigger model or longer outputs than the
@@ -313,9 +314,16 @@ def sweeping(job: ServerJob, t: Timings, settings: SweepSettings, mixes: int) ->
     stop, _, _ = t.figure("stop_s")
     run_s = settings.phases.total_s + settings.settle_s
     grid = len(settings.fractions())
-    lo = start + stop + mixes * run_s * (1 + settings.points * settings.repeats)
-    hi = start_hi + stop + mixes * run_s * (1 + grid * settings.repeats)
-    what = f"{mixes} mixes x {settings.repeats} cycles of {settings.points}-{grid} runs of {run_s:.0f} s"
+    later = settings.repeats - 1
+    if settings.search_steps > 0:  # cycle 0 on the grid, then search_steps runs per cycle (a bracketed capacity)
+        k = settings.search_steps
+        lo = start + stop + mixes * run_s * (1 + settings.points + k * later)
+        hi = start_hi + stop + mixes * run_s * (1 + grid + k * later)
+        what = f"{mixes} mixes x (1 cycle of {settings.points}-{grid} runs, {later} of {k} steps) of {run_s:.0f} s"
+    else:
+        lo = start + stop + mixes * run_s * (1 + settings.points * settings.repeats)
+        hi = start_hi + stop + mixes * run_s * (1 + grid * settings.repeats)
+        what = f"{mixes} mixes x {settings.repeats} cycles of {settings.points}-{grid} runs of {run_s:.0f} s"
     return Estimate(job.server_id + "-sweep", job.server.engine, what, lo, hi, m1)
 
 

@@ -20,6 +20,7 @@ from lorabench.measure.sweep import (
     SweepResult,
     SweepSettings,
     cycle_capacity,
+    search_range,
     sweep_server,
 )
 
@@ -214,6 +215,46 @@ def test_capacity_interval_is_the_median_interval_over_cycles():
     assert cap.censored == 0
 
 
+def test_rates_too_far_apart_widen_the_interval_instead_of_reading_as_a_tight_one():
+    """Six cycles that each meet the SLO at 1/s and over-saturate at 4/s: capacity lies between the two rates in
+    every cycle, so the interval is [1, 4], not [1, 1]; interpolated cycles keep their own figures."""
+    cap = Capacity.of(sweep_of([[point(1, 20), point(4, 90, over="achieved 70 %")]] * 6), SLO)
+    assert (cap.capacity_per_s, cap.lo, cap.hi) == (1, 1, 4)
+    assert all(c.upper_per_s == 4 and c.upper == 4 for c in cap.per_cycle)
+    mixed = [[point(2, 40), point(4, 80 + 5 * k), point(6, 180)] for k in range(5)]
+    mixed.append([point(2, 40), point(4, 80), point(6, 90, over="x")])
+    cap = Capacity.of(sweep_of(mixed), SLO)
+    assert cap.hi == 6 and cap.lo == 4
+    assert [math.isnan(c.upper_per_s) for c in cap.per_cycle] == [True] * 5 + [False]
+
+
+def test_the_search_range_is_cycle_0s_bracket_widened_by_one_rate_each_way():
+    def rng(cycle0: list[RatePoint]) -> tuple[float, float] | None:
+        return search_range(sweep_of([cycle0]), SLO)
+
+    # meets at 1, 2, 4; fails at 6 (not over-saturated); over-saturated at 8: from 2 to 8
+    assert rng([point(1, 20), point(2, 40), point(4, 80), point(6, 180), point(8, 400, over="x")]) == (0.2, 0.8)
+    # cycle 0 stopped at its first failing rate (over-saturated): that rate is the top
+    assert rng([point(1, 20), point(2, 40), point(4, 90, over="x")]) == (0.1, 0.4)
+    # the lowest meeting rate is the grid's first: from 0
+    assert rng([point(1, 20), point(2, 140), point(4, 300, over="x")]) == (0.0, 0.4)
+    # the lowest rate fails: from 0 to the next rate
+    assert rng([point(1, 200), point(2, 300, over="x")]) == (0.0, 0.2)
+    # every rate meets: nothing to bracket (the later cycles run the grid)
+    assert rng([point(1, 20), point(2, 30)]) is None
+    # a window without requests is not a rate of the bracket
+    assert rng([point(1, NAN, NAN, n=0), point(2, 40), point(4, 180, over="x")]) == (0.0, 0.4)
+
+
+def test_settings_written_before_the_search_read_back_as_the_grid():
+    data = settings(search_steps=5).to_json()
+    assert SweepSettings.from_json(data).search_steps == 5
+    del data["search_steps"]
+    assert SweepSettings.from_json(data).search_steps == 0
+    with pytest.raises(TypeError):
+        SweepSettings.from_json(data | {"steps": 3})
+
+
 def test_records_round_trip_through_json():
     sweep = sweep_of([[point(2, 40), point(4, 80), point(6, 180, over="x")]] * 2)
     back = SweepResult.from_json(json.loads(json.dumps(sweep.to_json())))
@@ -274,6 +315,51 @@ def test_short_sweep_against_a_server_with_slots():
         assert c.last_meeting_per_s <= c.capacity_per_s < c.first_failing_per_s
     assert res.rates[0] <= cap.capacity_per_s < res.rates[-1]
     assert {r["mix"] for r in out.records} == {"ab"} and any(r["in_window"] for r in out.records)
+
+
+@pytest.mark.integration
+def test_the_later_cycles_bisect_the_bracket_of_cycle_0():
+    """The same server as above with search_steps 3: every later cycle runs three steps inside cycle 0's widened
+    bracket, each step halving it (up after a rate that meets the SLO, down after one that fails), and places
+    capacity within the range's eighth where it is not a bound."""
+    proc, port = start_in_process(slots=4, delay=0.005)
+    try:
+        st = settings(
+            points=2,
+            max_rate_factor=3.0,
+            warmup_s=0.15,
+            duration_s=0.6,
+            drain_s=0.05,
+            repeats=3,
+            probe_concurrency=16,
+            settle_s=0.05,
+            max_send_lag_ms=50.0,
+            slo=Slo(ttft_p99_ms=50.0, itl_p99_ms=1000.0),
+            seed=1,
+            search_steps=3,
+        )
+        source = MixRequests("fake", {"ab": {"adapters": ["a", "b"]}}, "x", 8, lambda a: a, seed=1)
+        out = asyncio.run(sweep_server(f"http://127.0.0.1:{port}", "fake", ["ab"], source, st))
+    finally:
+        proc.kill()
+    (res,) = out.results
+    bracket = search_range(
+        SweepResult.from_json(res.to_json() | {"points": [p.to_json() for p in res.cycle_points(0)]}), st.slo
+    )
+    assert bracket is not None
+    lo, hi = bracket
+    for cycle in (1, 2):
+        steps = sorted((p for p in res.points if p.cycle == cycle), key=lambda p: p.position)
+        assert len(steps) == 3
+        a, b = lo, hi
+        for p in steps:  # each step the midpoint of what the steps before it left
+            assert p.fraction == pytest.approx((a + b) / 2)
+            a, b = (a, p.fraction) if p.measured and p.missed(st.slo) else (p.fraction, b)
+        c = cycle_capacity(steps, st.slo, cycle)
+        if c.bound == "":
+            assert c.first_failing_per_s - c.last_meeting_per_s == pytest.approx((hi - lo) / 8 * res.max_rate_per_s)
+    assert res.fractions == sorted(p.fraction for p in res.cycle_points(0))
+    assert Capacity.of(res, st.slo).n == 3
 
 
 def test_plots_of_a_sweep_and_its_capacity(tmp_path):

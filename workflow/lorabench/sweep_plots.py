@@ -29,8 +29,9 @@ def _median(values: list[float]) -> float:
 
 def latency_vs_rate(results: list[SweepResult], out: Path, metric: str = "ttft", slo: Slo | None = None) -> Path | None:
     """p50 (dashed) and p99 (solid) of ``metric`` against the offered rate, one colour per server and mix; each
-    point the median over the cycles at that rate; over-saturated rates (in any cycle) marked with a cross; the
-    SLO's bound on the metric, where it has one, as a grey line."""
+    point of the grid the median over the cycles at that rate; over-saturated rates (in any cycle) marked with a
+    cross; the search's steps (rates off the grid) one dot each; the SLO's bound on the metric, where it has one,
+    as a grey line."""
     title, prefix = METRICS[metric]
     results = [r for r in results if r.points]
     if not results:
@@ -51,6 +52,12 @@ def latency_vs_rate(results: list[SweepResult], out: Path, metric: str = "ttft",
         xs = [r for r, o in zip(rates, over, strict=True) if o]
         ys = [v for v, o in zip(p99, over, strict=True) if o]
         ax.plot(xs, ys, "x", color=colour, ms=9)
+        # the search's steps (later cycles, rates off the grid): their p99 one dot each
+        grid = set(res.fractions)
+        steps = [p for p in res.points if p.fraction not in grid and p.measured]
+        if steps:
+            ax.plot([p.rate_per_s for p in steps], [getattr(p, f"{prefix}_p99") for p in steps], ".", color=colour,
+                    ms=4, alpha=0.6, label=f"{label} p99, search steps")  # fmt: skip
     bound = {"ttft": slo.ttft_p99_ms, "itl": slo.itl_p99_ms}.get(metric) if slo else None
     if bound:
         ax.axhline(bound, color="grey", lw=1, ls=":", label=f"SLO p99 {bound:g} ms")

@@ -24,12 +24,16 @@ Capacity at the SLO (``Capacity.of``), per cycle: the rates ascending, the first
 rate meeting the SLO above a failing one is taken as noise); capacity is interpolated between the last meeting
 rate and the first failing one, linearly in each p99 latency the failing rate misses (the lowest crossing
 wins); where the first failing rate is over-saturated, capacity is the last meeting rate (no interpolation on
-latencies that read low). A cycle whose lowest rate fails, or whose every rate meets, gives a bound, not a
-value, and says so (``bound``). The capacities of the cycles give the median and its distribution-free 95 %
-interval (``median.MedianInterval``, as every interval of method v2): order statistics, no assumption on the
-shape of the distribution; below six repeats no pair of order statistics covers 95 %, the interval is then the
-range and ``coverage`` says what it covers. A bootstrap was not used: with a handful of repeats it returns the
-same order statistics and claims more coverage than it has.
+latencies that read low), and the cycle only says that capacity lies between the two rates: its ``upper_per_s``
+is the failing rate (elsewhere the figure itself). A cycle whose lowest rate fails, or whose every rate meets,
+gives a bound, not a value, and says so (``bound``). The capacities of the cycles give the median and its
+distribution-free 95 % interval (``median.MedianInterval``, as every interval of method v2): order statistics,
+no assumption on the shape of the distribution; the interval's upper end is the same order statistic of the
+cycles' ``upper_per_s``, so that rates too far apart to place capacity widen the interval instead of reading as
+a tight one (six cycles that each met 10 % and over-saturated at 40 % give [10 %, 40 %], not [10 %, 10 %]).
+Below six repeats no pair of order statistics covers 95 %, the interval is then the range and ``coverage`` says
+what it covers. A bootstrap was not used: with a handful of repeats it returns the same order statistics and
+claims more coverage than it has.
 """
 
 from __future__ import annotations
@@ -348,7 +352,9 @@ class SweepResult:
 class CycleCapacity:
     """Capacity at the SLO from one cycle's points. ``bound``: "" a value; "below" the lowest rate already fails
     (capacity is below ``capacity_per_s``); "at_least" every rate meets (capacity is at least it); "none" no
-    point measured anything (capacity NaN, left out of the interval)."""
+    point measured anything (capacity NaN, left out of the interval). ``upper_per_s``: the highest the cycle's
+    capacity may be where its figure is the last meeting rate before an over-saturated one (that rate); NaN
+    elsewhere, where the figure is its own upper end (``upper``)."""
 
     cycle: int
     capacity_per_s: float
@@ -356,6 +362,11 @@ class CycleCapacity:
     last_meeting_per_s: float
     first_failing_per_s: float
     method: str
+    upper_per_s: float = float("nan")
+
+    @property
+    def upper(self) -> float:
+        return self.capacity_per_s if math.isnan(self.upper_per_s) else self.upper_per_s
 
 
 def cycle_capacity(points: list[RatePoint], slo: Slo, cycle: int) -> CycleCapacity:
@@ -377,8 +388,9 @@ def cycle_capacity(points: list[RatePoint], slo: Slo, cycle: int) -> CycleCapaci
     m, f = pts[fail - 1], pts[fail]
     if f.over_saturated:
         return CycleCapacity(
-            cycle, m.rate_per_s, "", m.rate_per_s, f.rate_per_s, "last meeting rate (the next is over-saturated)"
-        )
+            cycle, m.rate_per_s, "", m.rate_per_s, f.rate_per_s, "last meeting rate (the next is over-saturated)",
+            upper_per_s=f.rate_per_s,
+        )  # fmt: skip
     crossings = []
     for name, bound, vm, vf in (
         ("p99 TTFT", slo.ttft_p99_ms, m.ttft_ms_p99, f.ttft_ms_p99),
@@ -417,6 +429,7 @@ class Capacity:
         cycles = sorted({p.cycle for p in sweep.points})
         per = [cycle_capacity(sweep.cycle_points(c), slo, c) for c in cycles]
         iv = MedianInterval.of([c.capacity_per_s for c in per])
+        upper = MedianInterval.of([c.upper for c in per if not math.isnan(c.capacity_per_s)])
         return cls(
             server=sweep.server,
             mix=sweep.mix,
@@ -424,7 +437,7 @@ class Capacity:
             n=iv.n,
             capacity_per_s=iv.median,
             lo=iv.lo,
-            hi=iv.hi,
+            hi=max(iv.hi, upper.hi),
             coverage=iv.coverage,
             max_rate_per_s=sweep.max_rate_per_s,
             censored=sum(1 for c in per if c.bound in ("below", "at_least")),

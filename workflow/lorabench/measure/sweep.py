@@ -5,11 +5,22 @@ requests it completes per second in its steady-state window are the mix's maximu
 fractions of it: ``points`` fractions from 10 % to 100 %, then on in the same steps up to ``max_rate_factor``.
 Each rate is one open-loop run of Poisson arrivals (``loadgen.arrivals``) and gives one ``RatePoint``.
 
-Repeats are interleaved as method v2 interleaves bursts: a cycle is one run of every (mix, rate) cell of the
-server. Cycle 0 runs each mix's rates in ascending order and stops the mix at its first over-saturated rate:
-that rate is the last of the mix's set, and every later cycle runs the same set, its order rotated from one
-cycle to the next (by ``len(cells) // repeats`` places, so that each cell takes places spread over the cycle
-even with few repeats).
+Repeats are interleaved as method v2 interleaves bursts. Cycle 0 runs each mix's rates in ascending order and
+stops the mix at its first over-saturated rate: that rate is the last of the mix's set. What the later cycles
+run depends on ``search_steps``:
+
+- 0 (the grid): every later cycle runs the same set, one run of every (mix, rate) cell, its order rotated from
+  one cycle to the next (by ``len(cells) // repeats`` places, so that each cell takes places spread over the
+  cycle even with few repeats). Capacity can only be placed between two rates of the grid.
+- K > 0 (the search): every later cycle bisects each mix's search range K times, one run per step, the mixes
+  taking turns step by step (their order rotated from one cycle to the next). The range is cycle 0's bracket
+  (its last rate meeting the SLO, its first failing one) widened by one rate of the grid on each side, so that
+  a cycle whose capacity moved past cycle 0's still finds it: from the rate below the last meeting one (0 where
+  that is the lowest) to the rate above the first failing one (the first failing one where cycle 0 stopped
+  there). A step that meets the SLO moves the range up, one that fails moves it down, so each cycle places its
+  capacity within the range's width / 2^K, at about the cost of a cycle of the grid. Where cycle 0 met the SLO at
+  every rate (nothing to bracket) the later cycles run the grid. The steps' fractions differ from cycle to
+  cycle; ``SweepResult.fractions`` stays the grid of cycle 0 (the latency plots' rates).
 
 What one run gives, over-saturation and capacity at the SLO: ``rate_points`` (re-exported here).
 
@@ -60,6 +71,7 @@ __all__ = [
     "SweepResult",
     "SweepSettings",
     "cycle_capacity",
+    "search_range",
     "sweep_server",
 ]
 
@@ -90,6 +102,7 @@ class SweepSettings:
     slo: Slo
     seed: int
     request_timeout_s: float
+    search_steps: int = 0
 
     @classmethod
     def from_config(cls, section: dict[str, Any], seed: int, request_timeout_s: float) -> SweepSettings:
@@ -111,6 +124,7 @@ class SweepSettings:
             slo=Slo.from_json(section["slo"]),
             seed=int(seed),
             request_timeout_s=float(request_timeout_s),
+            search_steps=int(section["search_steps"]),
         )
 
     @property
@@ -137,8 +151,10 @@ class SweepSettings:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SweepSettings:
-        """``to_json``'s object back (an unknown or missing key is an error)."""
+        """``to_json``'s object back (an unknown or missing key is an error, but for ``search_steps``: sweeps
+        written before it existed ran the grid)."""
         d = dict(data)
+        d.setdefault("search_steps", 0)
         d["over_saturation"] = OverSaturation(**d["over_saturation"])
         d["slo"] = Slo.from_json(d["slo"])
         return cls(**d)
@@ -274,13 +290,54 @@ class _Sweep:
         log.info("%s/%s: rates fixed after cycle 0: %s", self.server, mix, res.stop_reason)
 
     async def later_cycles(self, mixes: list[str]) -> None:
-        """Cycles 1.. : every (mix, rate) cell once each, the order rotated from one cycle to the next."""
-        cells = [(mix, f) for mix in mixes for f in self.results[mix].fractions]
-        stride = max(1, len(cells) // self.settings.repeats)
-        for cycle in range(1, self.settings.repeats):
+        """Cycles 1.. : the search where ``search_steps`` asks for it and cycle 0 bracketed capacity, else the
+        grid: every (mix, rate) cell once each, the order rotated from one cycle to the next."""
+        st = self.settings
+        ranges = {m: search_range(self.results[m], st.slo) for m in mixes} if st.search_steps > 0 else {}
+        searched = [m for m in mixes if ranges.get(m)]
+        for m in searched:
+            lo, hi = ranges[m]  # type: ignore[misc]
+            log.info("%s/%s: later cycles bisect %.0f-%.0f %% of the probe's rate %d times", self.server, m,
+                     100 * lo, 100 * hi, st.search_steps)  # fmt: skip
+        cells = [(mix, f) for mix in mixes if mix not in searched for f in self.results[mix].fractions]
+        stride = max(1, len(cells) // st.repeats)
+        for cycle in range(1, st.repeats):
+            pos = 0
             for pos, (mix, fraction) in enumerate(_rotated(cells, cycle * stride)):
                 point = await self.measure(mix, cycle, pos, fraction, f"run {pos + 1} of {len(cells)}")
                 self.results[mix].points.append(point)
+            if searched:
+                await self.search_cycle(_rotated(searched, cycle), {m: ranges[m] for m in searched}, cycle,
+                                        pos + 1 if cells else 0)  # fmt: skip
+
+    async def search_cycle(
+        self, mixes: list[str], ranges: dict[str, tuple[float, float] | None], cycle: int, start: int
+    ) -> None:
+        """One cycle of the search: ``search_steps`` bisection steps of each mix's range, the mixes in turn."""
+        st = self.settings
+        bounds = {m: ranges[m] for m in mixes}
+        pos = start
+        for step in range(st.search_steps):
+            for mix in mixes:
+                lo, hi = bounds[mix]  # type: ignore[misc]
+                fraction = round((lo + hi) / 2, 6)
+                point = await self.measure(mix, cycle, pos, fraction, f"search step {step + 1} of {st.search_steps}")
+                self.results[mix].points.append(point)
+                pos += 1
+                # a window that drew no request says nothing against the rate: the search moves up past it
+                bounds[mix] = (lo, fraction) if point.measured and point.missed(st.slo) else (fraction, hi)
+
+
+def search_range(result: SweepResult, slo: Slo) -> tuple[float, float] | None:
+    """The fractions of the probe's rate the search bisects after cycle 0 (the module's docstring): cycle 0's
+    bracket widened by one rate of its grid on each side; None where no rate of cycle 0 fails the SLO."""
+    pts = sorted((p for p in result.cycle_points(0) if p.measured), key=lambda p: p.fraction)
+    fail = next((i for i, p in enumerate(pts) if p.missed(slo)), None)
+    if fail is None:
+        return None
+    lo = pts[fail - 2].fraction if fail >= 2 else 0.0
+    hi = pts[min(fail + 1, len(pts) - 1)].fraction
+    return lo, hi
 
 
 async def sweep_server(
