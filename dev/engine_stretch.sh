@@ -55,20 +55,17 @@ print(' '.join('results/adapters/%s.json' % a for a in load_file('$cfg')['adapte
     ;;
   start)
     cfg=${2:?config}; engine=${3:?engine id}
+    # the workflow's own readings of runtime_load.server, prefix_cache.server and rate_sweep (lorabench.config)
     targets=$(cd "$W" && python3 -c "
-import yaml
-c = yaml.safe_load(open('$cfg'))
+from lorabench.config import load_file, prefix_cache_servers, rate_sweep_mixes, runtime_load_servers
+c = load_file('$cfg')
 srv = [s for s, v in c['servers'].items() if v['engine'] == '$engine']
 srv.sort(key=lambda s: (c['servers'][s]['lora'], c['servers'][s].get('max_loras') or 0, s))
-rl = c.get('runtime_load') or {}
-rl = rl.get('server') if isinstance(rl, dict) else None
-rl = [rl] if isinstance(rl, str) else (rl or [])
-extra = ['results/runtime_load/%s/load.json' % s for s in srv if s in rl] if '${RUNTIME:-0}' == '1' else []
-rs = (c.get('rate_sweep') or {}).get('servers') or []
-extra += ['results/rate_sweep/%s/sweep.json' % s for s in srv if s in rs] if '${SWEEP:-0}' == '1' else []
-pc = (c.get('prefix_cache') or {}).get('server')
-pc = [pc] if isinstance(pc, str) else (pc or [])
-first = ['results/prefix_cache/%s/prefix.json' % s for s in srv if s in pc] if '${PREFIX:-0}' == '1' else []
+def on(flag, names, path):
+    return [path % s for s in srv if s in names] if flag == '1' else []
+first = on('${PREFIX:-0}', prefix_cache_servers(c), 'results/prefix_cache/%s/prefix.json')
+extra = on('${RUNTIME:-0}', runtime_load_servers(c), 'results/runtime_load/%s/load.json')
+extra += on('${SWEEP:-0}', rate_sweep_mixes(c), 'results/rate_sweep/%s/sweep.json')
 print(' '.join(first + ['results/servers/%s/facts.json' % s for s in srv] + extra))")
     setsid nohup bash -c "
       cd '$W'

@@ -1,0 +1,32 @@
+"""benchmarks/capacity_table.py on the committed H200 grid sweeps (studies/capacity-h200/grid-2026-12-03): the
+capacity rows as the report gives them, each cycle's bracket, and TTFT per adapter."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from .conftest import ROOT
+
+GRID = ROOT / "studies" / "capacity-h200" / "grid-2026-12-03" / "rate_sweep"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("capacity_table", ROOT / "benchmarks" / "capacity_table.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_rows_cycles_and_adapters_of_the_grid_sweeps(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    sweeps = [str(GRID / s / "sweep.json") for s in ("vllm-lora-off", "vllm-lora-2")]
+    assert _module().main(["config/studies/capacity-h200.yaml", *sweeps, "--by-adapter"]) == 0
+    out = capsys.readouterr().out
+    assert "SLO: p99 TTFT <= 500 ms and p99 ITL <= 50 ms" in out
+    # the grid's resolution, said as such: the over-saturated rate is the interval's upper end
+    assert "0.94-3.75" in out and "44.97-83.53" in out
+    assert out.count("last meeting rate (the next is over-saturated)") == 10  # 4 cycles of 6 on LoRA off, all 6 on 2
+    # the most popular adapter keeps its slot at 40 % of the probe's rate; the others wait
+    line = next(x for x in out.splitlines() if "zipf16 at 40.0 %" in x)
+    assert "t-000 46: 40/" in line and "t-001 22: 1308/" in line
