@@ -3,20 +3,15 @@ says whether each interval holds 0."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 from lorabench.stats import by_time
 
-from .conftest import ROOT
+from .support.scripts import benchmark
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("aa_check", ROOT / "benchmarks" / "aa_check.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark("aa_check")
 
 
 def _row(cond: str, values: list[float]) -> dict:

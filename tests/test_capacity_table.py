@@ -3,19 +3,14 @@ capacity rows as the report gives them, each cycle's bracket, and TTFT per adapt
 
 from __future__ import annotations
 
-import importlib.util
-
 from .conftest import ROOT
+from .support.scripts import benchmark
 
 GRID = ROOT / "studies" / "capacity-h200" / "grid-2026-12-03" / "rate_sweep"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("capacity_table", ROOT / "benchmarks" / "capacity_table.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark("capacity_table")
 
 
 def test_rows_cycles_and_adapters_of_the_grid_sweeps(capsys, monkeypatch):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import statistics
@@ -16,6 +15,7 @@ import pytest
 from lorabench.resources import HostTelemetry
 from lorabench.summary import summarize_cell
 
+from .support.scripts import benchmark
 from .test_gpu_telemetry import measured_cell
 
 ROOT = Path(__file__).parents[1]
@@ -135,10 +135,7 @@ def test_cell_reports_what_moves_with_throughput():
 
 
 def _slow_states():
-    spec = importlib.util.spec_from_file_location("slow_states", ROOT / "benchmarks" / "slow_states.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark("slow_states")
 
 
 def test_slow_states_groups_measurements_by_the_busiest_threads_cpu(tmp_path):
@@ -162,10 +159,7 @@ def test_slow_states_groups_measurements_by_the_busiest_threads_cpu(tmp_path):
 
 
 def test_paired_ratios_compares_pairing_with_not_pairing(tmp_path):
-    spec = importlib.util.spec_from_file_location("paired_ratios", ROOT / "benchmarks" / "paired_ratios.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = benchmark("paired_ratios")
     # a slow drift shared by measurements taken one after the other: the paired ratio is exact, unpaired is not
     rows = []
     for rep in range(12):

@@ -17,6 +17,7 @@ from lorabench.measure.sweep import (
     OverSaturation,
     RatePoint,
     Slo,
+    SweepOutcome,
     SweepResult,
     SweepSettings,
     cycle_capacity,
@@ -276,31 +277,28 @@ def test_mix_requests_are_the_same_for_every_server():
     assert one[0].model == f"one-{one[0].adapter}" and one[0].request_id.startswith("s1/sweep/z/t/")
 
 
+def _short_sweep(**kw: object) -> tuple[SweepSettings, SweepOutcome]:
+    """A short sweep of mix "ab" on the fake server with four slots, 8 tokens 5 ms apart (about 100 requests/s at
+    most), at a 50 ms p99 TTFT; ``kw`` overrides the settings."""
+    proc, port = start_in_process(slots=4, delay=0.005)
+    try:
+        base: dict[str, object] = {"points": 2, "max_rate_factor": 3.0, "warmup_s": 0.15, "duration_s": 0.6,
+                                   "drain_s": 0.05, "probe_concurrency": 16, "settle_s": 0.05, "max_send_lag_ms": 50.0,
+                                   "slo": Slo(ttft_p99_ms=50.0, itl_p99_ms=1000.0), "seed": 1}  # fmt: skip
+        st = settings(**{**base, **kw})
+        source = MixRequests("fake", {"ab": {"adapters": ["a", "b"]}}, "x", 8, lambda a: a, seed=1)
+        return st, asyncio.run(sweep_server(f"http://127.0.0.1:{port}", "fake", ["ab"], source, st))
+    finally:
+        proc.kill()
+
+
 @pytest.mark.integration
 def test_short_sweep_against_a_server_with_slots():
     """Four slots, 8 tokens 5 ms apart: about 100 requests/s at most. The sweep's latency rises with the rate, its
     first cycle stops at the first over-saturated rate (before the grid's end at 2.8x), and capacity at a 50 ms
     p99 TTFT lies between the rates that meet it and those that do not. The seed gives the 10 % rate five and six
     arrivals in its window (cycles 0 and 1)."""
-    proc, port = start_in_process(slots=4, delay=0.005)
-    try:
-        st = settings(
-            points=2,
-            max_rate_factor=3.0,
-            warmup_s=0.15,
-            duration_s=0.6,
-            drain_s=0.05,
-            repeats=2,
-            probe_concurrency=16,
-            settle_s=0.05,
-            max_send_lag_ms=50.0,
-            slo=Slo(ttft_p99_ms=50.0, itl_p99_ms=1000.0),
-            seed=1,
-        )
-        source = MixRequests("fake", {"ab": {"adapters": ["a", "b"]}}, "x", 8, lambda a: a, seed=1)
-        out = asyncio.run(sweep_server(f"http://127.0.0.1:{port}", "fake", ["ab"], source, st))
-    finally:
-        proc.kill()
+    st, out = _short_sweep(repeats=2)
     (res,) = out.results
     assert res.max_rate_per_s > 0
     first = res.cycle_points(0)
@@ -322,26 +320,7 @@ def test_the_later_cycles_bisect_the_bracket_of_cycle_0():
     """The same server as above with search_steps 3: every later cycle runs three steps inside cycle 0's widened
     bracket, each step halving it (up after a rate that meets the SLO, down after one that fails), and places
     capacity within the range's eighth where it is not a bound."""
-    proc, port = start_in_process(slots=4, delay=0.005)
-    try:
-        st = settings(
-            points=2,
-            max_rate_factor=3.0,
-            warmup_s=0.15,
-            duration_s=0.6,
-            drain_s=0.05,
-            repeats=3,
-            probe_concurrency=16,
-            settle_s=0.05,
-            max_send_lag_ms=50.0,
-            slo=Slo(ttft_p99_ms=50.0, itl_p99_ms=1000.0),
-            seed=1,
-            search_steps=3,
-        )
-        source = MixRequests("fake", {"ab": {"adapters": ["a", "b"]}}, "x", 8, lambda a: a, seed=1)
-        out = asyncio.run(sweep_server(f"http://127.0.0.1:{port}", "fake", ["ab"], source, st))
-    finally:
-        proc.kill()
+    st, out = _short_sweep(repeats=3, search_steps=3)
     (res,) = out.results
     bracket = search_range(
         SweepResult.from_json(res.to_json() | {"points": [p.to_json() for p in res.cycle_points(0)]}), st.slo

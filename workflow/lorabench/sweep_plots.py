@@ -64,7 +64,7 @@ def latency_vs_rate(results: list[SweepResult], out: Path, metric: str = "ttft",
     ax.set_yscale("log")
     ax.set_xlabel("offered rate (requests/s, Poisson)")
     ax.set_ylabel(f"{title} (ms)")
-    ax.set_title(f"{title} against rate (median over cycles; x: over-saturated)")
+    ax.set_title(f"{title} against rate (median over the cycles at a rate; x: over-saturated)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return _save(fig, out)
