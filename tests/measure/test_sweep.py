@@ -247,6 +247,28 @@ def test_the_search_range_is_cycle_0s_bracket_widened_by_one_rate_each_way():
     assert rng([point(1, NAN, NAN, n=0), point(2, 40), point(4, 180, over="x")]) == (0.0, 0.4)
 
 
+def test_a_search_cycle_whose_steps_all_meet_or_all_fail_is_placed_against_the_range():
+    """Cycle 0 met at 2/s and failed at 4/s; the search range 1-6/s (fractions 0.1-0.6 of a 10/s probe). A later
+    cycle whose steps all met lies between its highest step and 6/s; one whose steps all failed, between 1/s and its
+    lowest step: values, not bounds; with the range's bottom at 0 the latter stays a bound."""
+    cycle0 = [point(1, 20), point(2, 40), point(4, 180), point(6, 400, over="x")]
+    all_meet = [point(3.5, 60), point(4.75, 80), point(5.4, 90)]
+    all_fail = [point(3.5, 160), point(2.25, 120), point(1.6, 110)]
+    sweep = sweep_of([cycle0, all_meet, all_fail])
+    sweep.search_range = [0.1, 0.6]
+    per = Capacity.of(sweep, SLO).per_cycle
+    assert per[1].bound == "" and (per[1].capacity_per_s, per[1].upper) == (5.4, pytest.approx(6.0))
+    assert per[2].bound == "" and (per[2].capacity_per_s, per[2].upper) == (pytest.approx(1.0), 1.6)
+    assert Capacity.of(sweep, SLO).censored == 0
+    sweep.search_range = [0.0, 0.6]
+    assert Capacity.of(sweep, SLO).per_cycle[2].bound == "below"
+    back = SweepResult.from_json(json.loads(json.dumps(sweep.to_json())))
+    assert (
+        back.search_range == [0.0, 0.6]
+        and SweepResult.from_json(sweep.to_json() | {"search_range": None}).search_range is None
+    )
+
+
 def test_settings_written_before_the_search_read_back_as_the_grid():
     data = settings(search_steps=5).to_json()
     assert SweepSettings.from_json(data).search_steps == 5
@@ -338,6 +360,7 @@ def test_the_later_cycles_bisect_the_bracket_of_cycle_0():
         if c.bound == "":
             assert c.first_failing_per_s - c.last_meeting_per_s == pytest.approx((hi - lo) / 8 * res.max_rate_per_s)
     assert res.fractions == sorted(p.fraction for p in res.cycle_points(0))
+    assert res.search_range == [lo, hi]
     assert Capacity.of(res, st.slo).n == 3
 
 

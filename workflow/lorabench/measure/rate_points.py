@@ -25,7 +25,9 @@ rate meeting the SLO above a failing one is taken as noise); capacity is interpo
 rate and the first failing one, linearly in each p99 latency the failing rate misses (the lowest crossing
 wins); where the first failing rate is over-saturated, capacity is the last meeting rate (no interpolation on
 latencies that read low), and the cycle only says that capacity lies between the two rates: its ``upper_per_s``
-is the failing rate (elsewhere the figure itself). A cycle whose lowest rate fails, or whose every rate meets,
+is the failing rate (elsewhere the figure itself). A cycle of the search (``measure.sweep``) whose steps all met
+the SLO, or all failed it, is placed against the ends of the range it bisected, which cycle 0 measured
+(``within_search``). A cycle whose lowest rate fails, or whose every rate meets,
 gives a bound, not a value, and says so (``bound``). The capacities of the cycles give the median and its
 distribution-free 95 % interval (``median.MedianInterval``, as every interval of method v2): order statistics,
 no assumption on the shape of the distribution; the interval's upper end is the same order statistic of the
@@ -297,8 +299,9 @@ class RatePoint:
 
 @dataclass
 class SweepResult:
-    """Every run of one mix on one server: its probe, its rates (fractions of the probe's rate, fixed by cycle 0)
-    and one point per rate and cycle."""
+    """Every run of one mix on one server: its probe, its rates (fractions of the probe's rate, fixed by cycle 0),
+    one point per rate and cycle, and, where the later cycles searched, the range they bisected (fractions: its
+    bottom met the SLO in cycle 0, its top failed it)."""
 
     server: str
     mix: str
@@ -309,6 +312,7 @@ class SweepResult:
     cycles: int = 0
     stop_reason: str = ""
     settings: dict[str, Any] = field(default_factory=dict)
+    search_range: list[float] | None = None
 
     @property
     def rates(self) -> list[float]:
@@ -330,6 +334,7 @@ class SweepResult:
             "cycles": self.cycles,
             "stop_reason": self.stop_reason,
             "settings": self.settings,
+            "search_range": list(self.search_range) if self.search_range else None,
         }
 
     @classmethod
@@ -345,6 +350,7 @@ class SweepResult:
             cycles=int(data["cycles"]),
             stop_reason=data.get("stop_reason", ""),
             settings=dict(data.get("settings") or {}),
+            search_range=[float(f) for f in data["search_range"]] if data.get("search_range") else None,
         )
 
 
@@ -405,6 +411,24 @@ def cycle_capacity(points: list[RatePoint], slo: Slo, cycle: int) -> CycleCapaci
     return CycleCapacity(cycle, cap, "", m.rate_per_s, f.rate_per_s, f"linear in {name} between the two rates")
 
 
+def within_search(c: CycleCapacity, lo_per_s: float, hi_per_s: float) -> CycleCapacity:
+    """A search cycle's capacity where its steps all met the SLO or all failed it: the range's ends are rates cycle
+    0 measured (its bottom met the SLO, its top failed it), so capacity lies between the highest step and the top,
+    or between the bottom and the lowest step, a value with ``upper_per_s``, not a bound (a bottom of 0 leaves the
+    "below" bound as it is)."""
+    if c.bound == "at_least":
+        return dataclasses.replace(
+            c, bound="", first_failing_per_s=hi_per_s, upper_per_s=hi_per_s,
+            method="every step met the SLO: between the highest step and the search's top (failing in cycle 0)",
+        )  # fmt: skip
+    if c.bound == "below" and lo_per_s > 0:
+        return dataclasses.replace(
+            c, capacity_per_s=lo_per_s, bound="", last_meeting_per_s=lo_per_s, upper_per_s=c.first_failing_per_s,
+            method="every step failed the SLO: between the search's bottom (meeting in cycle 0) and the lowest step",
+        )  # fmt: skip
+    return c
+
+
 @dataclass
 class Capacity:
     """The highest rate (requests/s) one mix gets on one server within the SLO: the median over the cycles and
@@ -428,6 +452,9 @@ class Capacity:
     def of(cls, sweep: SweepResult, slo: Slo) -> Capacity:
         cycles = sorted({p.cycle for p in sweep.points})
         per = [cycle_capacity(sweep.cycle_points(c), slo, c) for c in cycles]
+        if sweep.search_range:
+            lo, hi = (f * sweep.max_rate_per_s for f in sweep.search_range)
+            per = [within_search(c, lo, hi) if c.cycle > 0 else c for c in per]
         iv = MedianInterval.of([c.capacity_per_s for c in per])
         upper = MedianInterval.of([c.upper for c in per if not math.isnan(c.capacity_per_s)])
         return cls(

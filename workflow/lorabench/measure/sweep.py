@@ -297,6 +297,7 @@ class _Sweep:
         searched = [m for m in mixes if ranges.get(m)]
         for m in searched:
             lo, hi = ranges[m]  # type: ignore[misc]
+            self.results[m].search_range = [lo, hi]
             log.info("%s/%s: later cycles bisect %.0f-%.0f %% of the probe's rate %d times", self.server, m,
                      100 * lo, 100 * hi, st.search_steps)  # fmt: skip
         cells = [(mix, f) for mix in mixes if mix not in searched for f in self.results[mix].fractions]
