@@ -256,12 +256,13 @@ def test_a_search_cycle_whose_steps_all_meet_or_all_fail_is_placed_against_the_r
     all_fail = [point(3.5, 160), point(2.25, 120), point(1.6, 110)]
     sweep = sweep_of([cycle0, all_meet, all_fail])
     sweep.search_range = [0.1, 0.6]
-    per = Capacity.of(sweep, SLO).per_cycle
-    assert per[1].bound == "" and (per[1].capacity_per_s, per[1].upper) == (5.4, pytest.approx(6.0))
-    assert per[2].bound == "" and (per[2].capacity_per_s, per[2].upper) == (pytest.approx(1.0), 1.6)
-    assert Capacity.of(sweep, SLO).censored == 0
+    cap = Capacity.of(sweep, SLO)
+    meet, fail = cap.per_cycle  # cycle 0 only found the range: not a cycle of the figure
+    assert meet.bound == "" and (meet.capacity_per_s, meet.upper) == (5.4, pytest.approx(6.0))
+    assert fail.bound == "" and (fail.capacity_per_s, fail.upper) == (pytest.approx(1.0), 1.6)
+    assert cap.n == 2 and cap.censored == 0 and (cap.lo, cap.hi) == (pytest.approx(1.0), pytest.approx(6.0))
     sweep.search_range = [0.0, 0.6]
-    assert Capacity.of(sweep, SLO).per_cycle[2].bound == "below"
+    assert Capacity.of(sweep, SLO).per_cycle[1].bound == "below"
     back = SweepResult.from_json(json.loads(json.dumps(sweep.to_json())))
     assert (
         back.search_range == [0.0, 0.6]
@@ -361,7 +362,7 @@ def test_the_later_cycles_bisect_the_bracket_of_cycle_0():
             assert c.first_failing_per_s - c.last_meeting_per_s == pytest.approx((hi - lo) / 8 * res.max_rate_per_s)
     assert res.fractions == sorted(p.fraction for p in res.cycle_points(0))
     assert res.search_range == [lo, hi]
-    assert Capacity.of(res, st.slo).n == 3
+    assert [c.cycle for c in Capacity.of(res, st.slo).per_cycle] == [1, 2]  # cycle 0 only found the range
 
 
 def test_plots_of_a_sweep_and_its_capacity(tmp_path):

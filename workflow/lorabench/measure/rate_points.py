@@ -25,10 +25,11 @@ rate meeting the SLO above a failing one is taken as noise); capacity is interpo
 rate and the first failing one, linearly in each p99 latency the failing rate misses (the lowest crossing
 wins); where the first failing rate is over-saturated, capacity is the last meeting rate (no interpolation on
 latencies that read low), and the cycle only says that capacity lies between the two rates: its ``upper_per_s``
-is the failing rate (elsewhere the figure itself). A cycle of the search (``measure.sweep``) whose steps all met
-the SLO, or all failed it, is placed against the ends of the range it bisected, which cycle 0 measured
-(``within_search``). A cycle whose lowest rate fails, or whose every rate meets,
-gives a bound, not a value, and says so (``bound``). The capacities of the cycles give the median and its
+is the failing rate (elsewhere the figure itself). Where the later cycles searched (``measure.sweep``), capacity is
+theirs alone: cycle 0, on rates far apart, only found the range they bisect, and would otherwise bring its coarse
+bracket into every interval; a search cycle whose steps all met the SLO, or all failed it, is placed against the
+ends of that range, which cycle 0 measured (``within_search``). A cycle whose lowest rate fails, or whose every
+rate meets, gives a bound, not a value, and says so (``bound``). The capacities of the cycles give the median and its
 distribution-free 95 % interval (``median.MedianInterval``, as every interval of method v2): order statistics,
 no assumption on the shape of the distribution; the interval's upper end is the same order statistic of the
 cycles' ``upper_per_s``, so that rates too far apart to place capacity widen the interval instead of reading as
@@ -452,9 +453,9 @@ class Capacity:
     def of(cls, sweep: SweepResult, slo: Slo) -> Capacity:
         cycles = sorted({p.cycle for p in sweep.points})
         per = [cycle_capacity(sweep.cycle_points(c), slo, c) for c in cycles]
-        if sweep.search_range:
+        if sweep.search_range:  # cycle 0 only found the range; capacity is the search cycles'
             lo, hi = (f * sweep.max_rate_per_s for f in sweep.search_range)
-            per = [within_search(c, lo, hi) if c.cycle > 0 else c for c in per]
+            per = [within_search(c, lo, hi) for c in per if c.cycle > 0]
         iv = MedianInterval.of([c.capacity_per_s for c in per])
         upper = MedianInterval.of([c.upper for c in per if not math.isnan(c.capacity_per_s)])
         return cls(
