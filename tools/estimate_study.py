@@ -9,7 +9,7 @@ sum of its bursts plus the harness's work between them. Cycles go from ``repetit
 one probe run and ``repeats`` cycles of runs, each run lasting its ramp, window and drain plus ``settle_s``: from
 ``points`` runs a cycle (the first cycle stopped at the probe's rate, the low figure) to every rate of the grid up
 to ``max_rate_factor`` (no rate over-saturated, the high figure); with ``search_steps`` K, the first cycle so and
-each later one K runs. Start-ups, a burst's duration per burst size and the
+each later one K runs (K + 1 where its steps all fell on one side). Start-ups, a burst's duration per burst size and the
 work between bursts are taken from finished jobs of the same engine under --from STUDY_DIR (their facts' timing
 and their bursts), else stated defaults; the low figure takes the median start, the high one the slowest start
 seen (the first start on a fresh machine compiles kernels). A study of a bigger model or longer outputs than the
@@ -318,7 +318,7 @@ def sweeping(job: ServerJob, t: Timings, settings: SweepSettings, mixes: int) ->
     if settings.search_steps > 0:  # cycle 0 on the grid, then search_steps runs per cycle (a bracketed capacity)
         k = settings.search_steps
         lo = start + stop + mixes * run_s * (1 + settings.points + k * later)
-        hi = start_hi + stop + mixes * run_s * (1 + grid + k * later)
+        hi = start_hi + stop + mixes * run_s * (1 + grid + (k + 1) * later)  # + a cycle's end run
         what = f"{mixes} mixes x (1 cycle of {settings.points}-{grid} runs, {later} of {k} steps) of {run_s:.0f} s"
     else:
         lo = start + stop + mixes * run_s * (1 + settings.points * settings.repeats)

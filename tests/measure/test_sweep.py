@@ -247,22 +247,24 @@ def test_the_search_range_is_cycle_0s_bracket_widened_by_one_rate_each_way():
     assert rng([point(1, NAN, NAN, n=0), point(2, 40), point(4, 180, over="x")]) == (0.0, 0.4)
 
 
-def test_a_search_cycle_whose_steps_all_meet_or_all_fail_is_placed_against_the_range():
-    """Cycle 0 met at 2/s and failed at 4/s; the search range 1-6/s (fractions 0.1-0.6 of a 10/s probe). A later
-    cycle whose steps all met lies between its highest step and 6/s; one whose steps all failed, between 1/s and its
-    lowest step: values, not bounds; with the range's bottom at 0 the latter stays a bound."""
+def test_capacity_of_a_search_is_its_later_cycles():
+    """Cycle 0 met at 2/s and failed at 4/s, far apart; the later cycles searched 1-6/s (fractions 0.1-0.6 of a 10/s
+    probe). Capacity is theirs alone, each bracketed by its own runs: one whose steps all met ran the top (6/s,
+    over-saturated), one whose steps all failed ran the bottom (1/s, meeting); one whose top met too is a bound."""
     cycle0 = [point(1, 20), point(2, 40), point(4, 180), point(6, 400, over="x")]
-    all_meet = [point(3.5, 60), point(4.75, 80), point(5.4, 90)]
-    all_fail = [point(3.5, 160), point(2.25, 120), point(1.6, 110)]
+    all_meet = [point(3.5, 60), point(4.75, 80), point(5.4, 90), point(6, 300, over="x")]
+    all_fail = [point(3.5, 160), point(2.25, 120), point(1.6, 110), point(1, 30)]
     sweep = sweep_of([cycle0, all_meet, all_fail])
     sweep.search_range = [0.1, 0.6]
     cap = Capacity.of(sweep, SLO)
     meet, fail = cap.per_cycle  # cycle 0 only found the range: not a cycle of the figure
-    assert meet.bound == "" and (meet.capacity_per_s, meet.upper) == (5.4, pytest.approx(6.0))
-    assert fail.bound == "" and (fail.capacity_per_s, fail.upper) == (pytest.approx(1.0), 1.6)
-    assert cap.n == 2 and cap.censored == 0 and (cap.lo, cap.hi) == (pytest.approx(1.0), pytest.approx(6.0))
+    assert meet.bound == "" and (meet.capacity_per_s, meet.upper) == (5.4, 6)
+    assert fail.bound == "" and fail.last_meeting_per_s == 1 and 1 < fail.capacity_per_s < 1.6
+    assert cap.n == 2 and cap.censored == 0 and cap.hi == 6
+    top_meets = sweep_of([cycle0, [*all_meet[:3], point(6, 95)]])
+    top_meets.search_range = [0.1, 0.6]
+    assert Capacity.of(top_meets, SLO).per_cycle[0].bound == "at_least"
     sweep.search_range = [0.0, 0.6]
-    assert Capacity.of(sweep, SLO).per_cycle[1].bound == "below"
     back = SweepResult.from_json(json.loads(json.dumps(sweep.to_json())))
     assert (
         back.search_range == [0.0, 0.6]
@@ -351,14 +353,16 @@ def test_the_later_cycles_bisect_the_bracket_of_cycle_0():
     assert bracket is not None
     lo, hi = bracket
     for cycle in (1, 2):
-        steps = sorted((p for p in res.points if p.cycle == cycle), key=lambda p: p.position)
-        assert len(steps) == 3
+        runs = sorted((p for p in res.points if p.cycle == cycle), key=lambda p: p.position)
+        steps, end = runs[:3], runs[3:]
         a, b = lo, hi
         for p in steps:  # each step the midpoint of what the steps before it left
             assert p.fraction == pytest.approx((a + b) / 2)
             a, b = (a, p.fraction) if p.measured and p.missed(st.slo) else (p.fraction, b)
-        c = cycle_capacity(steps, st.slo, cycle)
-        if c.bound == "":
+        # every step on one side: the range's end on that side, once more
+        assert [p.fraction for p in end] == ([hi] if b == hi else [lo] if a == lo and lo > 0 else [])
+        c = cycle_capacity(runs, st.slo, cycle)
+        if c.bound == "" and not end:
             assert c.first_failing_per_s - c.last_meeting_per_s == pytest.approx((hi - lo) / 8 * res.max_rate_per_s)
     assert res.fractions == sorted(p.fraction for p in res.cycle_points(0))
     assert res.search_range == [lo, hi]

@@ -27,9 +27,8 @@ wins); where the first failing rate is over-saturated, capacity is the last meet
 latencies that read low), and the cycle only says that capacity lies between the two rates: its ``upper_per_s``
 is the failing rate (elsewhere the figure itself). Where the later cycles searched (``measure.sweep``), capacity is
 theirs alone: cycle 0, on rates far apart, only found the range they bisect, and would otherwise bring its coarse
-bracket into every interval; a search cycle whose steps all met the SLO, or all failed it, is placed against the
-ends of that range, which cycle 0 measured (``within_search``). A cycle whose lowest rate fails, or whose every
-rate meets, gives a bound, not a value, and says so (``bound``). The capacities of the cycles give the median and its
+bracket into every interval. A cycle whose lowest rate fails, or whose every rate meets, gives a bound, not a
+value, and says so (``bound``). The capacities of the cycles give the median and its
 distribution-free 95 % interval (``median.MedianInterval``, as every interval of method v2): order statistics,
 no assumption on the shape of the distribution; the interval's upper end is the same order statistic of the
 cycles' ``upper_per_s``, so that rates too far apart to place capacity widen the interval instead of reading as
@@ -412,24 +411,6 @@ def cycle_capacity(points: list[RatePoint], slo: Slo, cycle: int) -> CycleCapaci
     return CycleCapacity(cycle, cap, "", m.rate_per_s, f.rate_per_s, f"linear in {name} between the two rates")
 
 
-def within_search(c: CycleCapacity, lo_per_s: float, hi_per_s: float) -> CycleCapacity:
-    """A search cycle's capacity where its steps all met the SLO or all failed it: the range's ends are rates cycle
-    0 measured (its bottom met the SLO, its top failed it), so capacity lies between the highest step and the top,
-    or between the bottom and the lowest step, a value with ``upper_per_s``, not a bound (a bottom of 0 leaves the
-    "below" bound as it is)."""
-    if c.bound == "at_least":
-        return dataclasses.replace(
-            c, bound="", first_failing_per_s=hi_per_s, upper_per_s=hi_per_s,
-            method="every step met the SLO: between the highest step and the search's top (failing in cycle 0)",
-        )  # fmt: skip
-    if c.bound == "below" and lo_per_s > 0:
-        return dataclasses.replace(
-            c, capacity_per_s=lo_per_s, bound="", last_meeting_per_s=lo_per_s, upper_per_s=c.first_failing_per_s,
-            method="every step failed the SLO: between the search's bottom (meeting in cycle 0) and the lowest step",
-        )  # fmt: skip
-    return c
-
-
 @dataclass
 class Capacity:
     """The highest rate (requests/s) one mix gets on one server within the SLO: the median over the cycles and
@@ -454,8 +435,7 @@ class Capacity:
         cycles = sorted({p.cycle for p in sweep.points})
         per = [cycle_capacity(sweep.cycle_points(c), slo, c) for c in cycles]
         if sweep.search_range:  # cycle 0 only found the range; capacity is the search cycles'
-            lo, hi = (f * sweep.max_rate_per_s for f in sweep.search_range)
-            per = [within_search(c, lo, hi) for c in per if c.cycle > 0]
+            per = [c for c in per if c.cycle > 0]
         iv = MedianInterval.of([c.capacity_per_s for c in per])
         upper = MedianInterval.of([c.upper for c in per if not math.isnan(c.capacity_per_s)])
         return cls(

@@ -18,9 +18,11 @@ run depends on ``search_steps``:
   a cycle whose capacity moved past cycle 0's still finds it: from the rate below the last meeting one (0 where
   that is the lowest) to the rate above the first failing one (the first failing one where cycle 0 stopped
   there). A step that meets the SLO moves the range up, one that fails moves it down, so each cycle places its
-  capacity within the range's width / 2^K, at about the cost of a cycle of the grid. Where cycle 0 met the SLO at
-  every rate (nothing to bracket) the later cycles run the grid. The steps' fractions differ from cycle to
-  cycle; ``SweepResult.fractions`` stays the grid of cycle 0 (the latency plots' rates).
+  capacity within the range's width / 2^K, at about the cost of a cycle of the grid. Where every step met the SLO
+  the cycle runs the range's top once more (every step failed: its bottom, unless 0), so that it brackets
+  capacity with its own runs; capacity is then the search cycles' alone (cycle 0 only found the range). Where
+  cycle 0 met the SLO at every rate (nothing to bracket) the later cycles run the grid. The steps' fractions
+  differ from cycle to cycle; ``SweepResult.fractions`` stays the grid of cycle 0 (the latency plots' rates).
 
 What one run gives, over-saturation and capacity at the SLO: ``rate_points`` (re-exported here).
 
@@ -314,7 +316,9 @@ class _Sweep:
     async def search_cycle(
         self, mixes: list[str], ranges: dict[str, tuple[float, float] | None], cycle: int, start: int
     ) -> None:
-        """One cycle of the search: ``search_steps`` bisection steps of each mix's range, the mixes in turn."""
+        """One cycle of the search: ``search_steps`` bisection steps of each mix's range, the mixes in turn; then,
+        for a mix whose steps all met the SLO, one run at the range's top (all failed: at its bottom, unless 0), so
+        that the cycle brackets capacity with its own runs, not with cycle 0's."""
         st = self.settings
         bounds = {m: ranges[m] for m in mixes}
         pos = start
@@ -327,6 +331,16 @@ class _Sweep:
                 pos += 1
                 # a window that drew no request says nothing against the rate: the search moves up past it
                 bounds[mix] = (lo, fraction) if point.measured and point.missed(st.slo) else (fraction, hi)
+        for mix in mixes:
+            (lo0, hi0), (lo, hi) = ranges[mix], bounds[mix]  # type: ignore[misc]
+            end = hi0 if hi == hi0 else lo0 if lo == lo0 and lo0 > 0 else None
+            if end is not None:
+                await self.measure_end(mix, cycle, pos, end)
+                pos += 1
+
+    async def measure_end(self, mix: str, cycle: int, pos: int, fraction: float) -> None:
+        point = await self.measure(mix, cycle, pos, fraction, "the range's end (every step on one side of it)")
+        self.results[mix].points.append(point)
 
 
 def search_range(result: SweepResult, slo: Slo) -> tuple[float, float] | None:
