@@ -109,6 +109,17 @@ def test_the_sizing_sentence_names_the_best_configuration(study):
     assert "the intervals apart" in z
 
 
+def test_a_runner_up_that_is_a_lower_bound_is_not_told_apart(tmp_path):
+    """2 slots meets at 4.4/s in every cycle; on 4 slots every rate up to 3/s meets (at least 3): its interval ends
+    at 3, below 4.4, but its capacity may lie anywhere above."""
+    paths = [
+        write_sweep(tmp_path, "l2", [sweep("l2", "z", [[60, 80, 180]] * SIX)]),
+        write_sweep(tmp_path, "l4", [sweep("l4", "z", [[20, 30, 40]] * SIX, rates=(1, 2, 3))]),
+    ]
+    (text,) = sizing_findings(capacity_rows([SweepFile.read(p) for p in paths], SERVERS), SERVERS, SLO)
+    assert "next l4 at >=3.00" in text and "a lower bound, so the two are not told apart" in text
+
+
 def test_a_mix_no_server_meets_is_said_so(tmp_path):
     p = write_sweep(tmp_path, "l2", [sweep("l2", "z", [[200, 300, 400]] * SIX)])
     rows = capacity_rows([SweepFile.read(p)], SERVERS)

@@ -279,10 +279,14 @@ def sizing_finding(mix: str, rows: list[CapacityRow], servers: dict[str, ServerI
     )
     if len(ranked) > 1:
         nxt = ranked[1]
-        apart = nxt.hi < best.lo
-        text += f"; next {nxt.server} at {nxt.mark}{_num(nxt.capacity_per_s)} ({_num(nxt.lo)}-{_num(nxt.hi)}), " + (
-            "the intervals apart" if apart else "the intervals overlap, so the two are not told apart"
-        )
+        if nxt.mark == ">=":  # a lower bound: its interval's top is not where its capacity ends
+            verdict = "a lower bound, so the two are not told apart"
+        elif nxt.hi < best.lo:
+            verdict = "the intervals apart"
+        else:
+            verdict = "the intervals overlap, so the two are not told apart"
+        figure = f"{nxt.mark}{_num(nxt.capacity_per_s)} ({_num(nxt.lo)}-{_num(nxt.hi)})"
+        text += f"; next {nxt.server} at {figure}, {verdict}"
     costs = [r for r in rows if r.mix == mix and not math.isnan(r.lora_cost_pct)]
     if costs:
         c = max(costs, key=lambda r: r.capacity_per_s)
