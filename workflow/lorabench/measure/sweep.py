@@ -335,12 +335,9 @@ class _Sweep:
             (lo0, hi0), (lo, hi) = ranges[mix], bounds[mix]  # type: ignore[misc]
             end = hi0 if hi == hi0 else lo0 if lo == lo0 and lo0 > 0 else None
             if end is not None:
-                await self.measure_end(mix, cycle, pos, end)
+                point = await self.measure(mix, cycle, pos, end, "the range's end (every step on one side of it)")
+                self.results[mix].points.append(point)
                 pos += 1
-
-    async def measure_end(self, mix: str, cycle: int, pos: int, fraction: float) -> None:
-        point = await self.measure(mix, cycle, pos, fraction, "the range's end (every step on one side of it)")
-        self.results[mix].points.append(point)
 
 
 def search_range(result: SweepResult, slo: Slo) -> tuple[float, float] | None:
