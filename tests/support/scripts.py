@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]  # not conftest's: importing it here pulls the test modules into mypy
 
 
 def benchmark(name: str) -> ModuleType:

@@ -437,6 +437,7 @@ class Capacity:
         if sweep.search_range:  # cycle 0 only found the range; capacity is the search cycles'
             per = [c for c in per if c.cycle > 0]
         iv = MedianInterval.of([c.capacity_per_s for c in per])
+        # a cycle's upper end is at least its figure: that order statistic of the upper ends is the interval's top
         upper = MedianInterval.of([c.upper for c in per if not math.isnan(c.capacity_per_s)])
         return cls(
             server=sweep.server,
@@ -445,7 +446,7 @@ class Capacity:
             n=iv.n,
             capacity_per_s=iv.median,
             lo=iv.lo,
-            hi=max(iv.hi, upper.hi),
+            hi=upper.hi,
             coverage=iv.coverage,
             max_rate_per_s=sweep.max_rate_per_s,
             censored=sum(1 for c in per if c.bound in ("below", "at_least")),

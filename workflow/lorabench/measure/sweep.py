@@ -295,10 +295,11 @@ class _Sweep:
         """Cycles 1.. : the search where ``search_steps`` asks for it and cycle 0 bracketed capacity, else the
         grid: every (mix, rate) cell once each, the order rotated from one cycle to the next."""
         st = self.settings
-        ranges = {m: search_range(self.results[m], st.slo) for m in mixes} if st.search_steps > 0 else {}
-        searched = [m for m in mixes if ranges.get(m)]
+        found = {m: search_range(self.results[m], st.slo) for m in mixes} if st.search_steps > 0 else {}
+        ranges = {m: r for m, r in found.items() if r is not None}
+        searched = [m for m in mixes if m in ranges]
         for m in searched:
-            lo, hi = ranges[m]  # type: ignore[misc]
+            lo, hi = ranges[m]
             self.results[m].search_range = [lo, hi]
             log.info("%s/%s: later cycles bisect %.0f-%.0f %% of the probe's rate %d times", self.server, m,
                      100 * lo, 100 * hi, st.search_steps)  # fmt: skip
@@ -310,21 +311,20 @@ class _Sweep:
                 point = await self.measure(mix, cycle, pos, fraction, f"run {pos + 1} of {len(cells)}")
                 self.results[mix].points.append(point)
             if searched:
-                await self.search_cycle(_rotated(searched, cycle), {m: ranges[m] for m in searched}, cycle,
-                                        pos + 1 if cells else 0)  # fmt: skip
+                await self.search_cycle(_rotated(searched, cycle), ranges, cycle, pos + 1 if cells else 0)
 
     async def search_cycle(
-        self, mixes: list[str], ranges: dict[str, tuple[float, float] | None], cycle: int, start: int
+        self, mixes: list[str], ranges: dict[str, tuple[float, float]], cycle: int, start: int
     ) -> None:
         """One cycle of the search: ``search_steps`` bisection steps of each mix's range, the mixes in turn; then,
         for a mix whose steps all met the SLO, one run at the range's top (all failed: at its bottom, unless 0), so
         that the cycle brackets capacity with its own runs, not with cycle 0's."""
         st = self.settings
-        bounds = {m: ranges[m] for m in mixes}
+        bounds = dict(ranges)
         pos = start
         for step in range(st.search_steps):
             for mix in mixes:
-                lo, hi = bounds[mix]  # type: ignore[misc]
+                lo, hi = bounds[mix]
                 fraction = round((lo + hi) / 2, 6)
                 point = await self.measure(mix, cycle, pos, fraction, f"search step {step + 1} of {st.search_steps}")
                 self.results[mix].points.append(point)
@@ -332,7 +332,7 @@ class _Sweep:
                 # a window that drew no request says nothing against the rate: the search moves up past it
                 bounds[mix] = (lo, fraction) if point.measured and point.missed(st.slo) else (fraction, hi)
         for mix in mixes:
-            (lo0, hi0), (lo, hi) = ranges[mix], bounds[mix]  # type: ignore[misc]
+            (lo0, hi0), (lo, hi) = ranges[mix], bounds[mix]
             end = hi0 if hi == hi0 else lo0 if lo == lo0 and lo0 > 0 else None
             if end is not None:
                 point = await self.measure(mix, cycle, pos, end, "the range's end (every step on one side of it)")
