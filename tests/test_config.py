@@ -90,6 +90,7 @@ def test_rate_sweep_defaults_and_the_mixes_each_server_sweeps():
 
     st = SweepSettings.from_config(rs, cfg["workload"]["seed"], cfg["request_timeout_s"])
     assert st.slo == Slo(ttft_p99_ms=500) and st.over_saturation.ttft_growth_factor == 2.0
+    assert st.over_saturation.ttft_growth_alpha == 0.001
     assert st.phases.total_s == rs["warmup_s"] + rs["duration_s"] + rs["drain_s"]
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from lorabench.loadgen.arrivals import OpenLoopRun, Phases, Sent
 from lorabench.loadgen.client import RequestRecord
+from lorabench.measure.rate_points import later_larger_p
 from lorabench.measure.sweep import (
     Capacity,
     MixRequests,
@@ -113,6 +114,30 @@ def test_ttft_rule_needs_the_factor_and_the_floor():
     assert "without bound" in OVER.judge(0, 0, 40.0, math.inf)
 
 
+def test_later_larger_p_is_the_mann_whitney_test_with_ties():
+    first, last = [1.0, 2.0, 2.0, 3.0, 5.0], [2.0, 4.0, 5.0, 6.0, math.inf]
+    u = sum((y > x) + 0.5 * (y == x) for x in first for y in last)
+    n, ties = 10, (3**3 - 3) + (2**3 - 2)  # 2.0 three times, 5.0 twice
+    sd = math.sqrt(25 / 12 * ((n + 1) - ties / (n * (n - 1))))
+    assert later_larger_p(first, last) == pytest.approx(0.5 * math.erfc((u - 12.5 - 0.5) / sd / math.sqrt(2)))
+    assert later_larger_p(last, first) > 0.9
+    assert later_larger_p([3.0] * 4, [3.0] * 4) == 1.0
+    assert math.isnan(later_larger_p([], [1.0]))
+    with pytest.raises(ValueError, match="NaN"):
+        later_larger_p([1.0, NAN], [2.0])
+    # three against three can never reach 0.001, thirty against thirty in order can
+    assert later_larger_p([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) > 0.01
+    assert later_larger_p([float(i) for i in range(30)], [float(i) for i in range(30, 60)]) < 1e-9
+
+
+def test_ttft_rule_needs_the_growth_beyond_chance_where_a_level_is_set():
+    strict = OverSaturation(0.9, 2.0, 50.0, ttft_growth_alpha=0.001)
+    assert "p = 0.0001" in strict.judge(0, 0, 40.0, 120.0, growth_p=1e-4)
+    assert strict.judge(0, 0, 40.0, 120.0, growth_p=0.04) == ""
+    assert "without bound" not in strict.judge(0, 0, 40.0, math.inf, growth_p=0.04)
+    assert "TTFT p50 grew" in OVER.judge(0, 0, 40.0, 120.0, growth_p=0.04)  # no level set: sweeps before the test
+
+
 def _rec(i: int, start: float, ttft: float, end: float) -> RequestRecord:
     return RequestRecord(
         f"r{i}", "m", "a", start_s=start, end_s=end, latency_s=end - start, ttft_s=ttft, completion_tokens=8
@@ -129,12 +154,32 @@ def test_a_run_whose_queue_grows_is_over_saturated():
         ttft = 0.02 + 0.1 * s
         sent.append(Sent(_rec(i, t0 + s, ttft, t0 + s + ttft + 0.1), scheduled_s=s, send_lag_s=0.001))
     run = OpenLoopRun("poisson", Phases(1.0, 5.0, 1.0), t0, sent, rate_per_s=20.0, max_send_lag_s=0.01)
-    p = RatePoint.of_run(run, server="s", mix="m", cycle=0, position=0, fraction=0.5, slo=SLO, over=OVER)
-    assert "TTFT p50 grew" in p.over_saturated
+    strict = OverSaturation(0.9, 2.0, 50.0, ttft_growth_alpha=0.001)
+    p = RatePoint.of_run(run, server="s", mix="m", cycle=0, position=0, fraction=0.5, slo=SLO, over=strict)
+    assert "TTFT p50 grew" in p.over_saturated and p.ttft_growth_p < 1e-9
     assert p.ttft_ms_p99 > p.ttft_ms_p50 > 100
     assert p.client_bound == ""
     assert p.offered_per_s == pytest.approx(20.0)
     assert "over-saturated" in p.missed(SLO)
+
+
+def test_a_few_slow_requests_late_in_a_small_window_are_not_a_growing_queue():
+    """Ten requests at 1.25 req/s (window [1, 9] s) on a server that swaps adapters into two slots: most get their
+    first token in 30 ms, two of the last three wait 220 ms for a slot (the medians of the thirds: 30 -> 220 ms,
+    as in a vLLM run on an H200). Without the test the TTFT rule calls it over-saturated."""
+    t0 = 50.0
+    sent = []
+    for i in range(12):
+        s = 0.2 + i * 0.8
+        ttft = 0.22 if i in (8, 10) else 0.03
+        sent.append(Sent(_rec(i, t0 + s, ttft, t0 + s + ttft + 0.5), scheduled_s=s, send_lag_s=0.001))
+    run = OpenLoopRun("poisson", Phases(1.0, 8.0, 1.0), t0, sent, rate_per_s=1.25, max_send_lag_s=0.01)
+    strict = OverSaturation(0.9, 2.0, 50.0, ttft_growth_alpha=0.001)
+    p = RatePoint.of_run(run, server="s", mix="m", cycle=0, position=0, fraction=0.1, slo=SLO, over=strict)
+    assert (p.ttft_first_third_ms, p.ttft_last_third_ms) == pytest.approx((30.0, 220.0))
+    assert p.over_saturated == "" and p.ttft_growth_p > 0.01
+    old = RatePoint.of_run(run, server="s", mix="m", cycle=0, position=0, fraction=0.1, slo=SLO, over=OVER)
+    assert "TTFT p50 grew 7.3x" in old.over_saturated
 
 
 def test_a_steady_run_is_not_over_saturated_and_counts_goodput():
@@ -279,6 +324,13 @@ def test_settings_written_before_the_search_read_back_as_the_grid():
     assert SweepSettings.from_json(data).search_steps == 0
     with pytest.raises(TypeError):
         SweepSettings.from_json(data | {"steps": 3})
+
+
+def test_settings_written_before_the_ttft_test_read_back_without_it():
+    data = settings().to_json()
+    assert data["over_saturation"]["ttft_growth_alpha"] == 1.0
+    del data["over_saturation"]["ttft_growth_alpha"]
+    assert SweepSettings.from_json(data).over_saturation.ttft_growth_alpha == 1.0
 
 
 def test_records_round_trip_through_json():

@@ -10,7 +10,13 @@ Over-saturation (``OverSaturation.judge``), either rule:
   fewer: the server no longer keeps up, its queue grows;
 - the TTFT rule (GuideLLM's signal of a growing queue): the median TTFT of the last third of the window's
   requests (by start) is more than ``ttft_growth_factor`` times that of the first third, and at least
-  ``ttft_growth_min_ms`` more. A request that got no first token before the run ended counts as infinitely late.
+  ``ttft_growth_min_ms`` more, and the last third's TTFTs are larger than the first third's beyond chance: a
+  one-sided Mann-Whitney test (normal approximation, ties averaged) gives p <= ``ttft_growth_alpha``. A request
+  that got no first token before the run ended counts as infinitely late. The test is there for the windows of
+  a few requests: TTFTs that are a mix of quick requests and slow ones (an adapter swapped into a slot) make the
+  medians of three requests jump by chance; a run on two slots at 10 % of its probe's rate, 10 requests in its
+  window, read 30 -> 220 ms without it. Below about six requests per third no order reaches p = 0.001, so there
+  the rate rule and the latency bounds decide.
 
 Latency figures of a point are pooled over its window's successful requests (TTFT and end-to-end latency one
 value per request, inter-token latencies one per gap), percentiles by linear interpolation. Achieved throughput
@@ -131,11 +137,15 @@ class OverSaturation:
     min_achieved_fraction: float
     ttft_growth_factor: float
     ttft_growth_min_ms: float
+    ttft_growth_alpha: float = 1.0  # sweeps written before the test existed: no test
 
-    def judge(self, offered: int, completed: int, ttft_first_ms: float, ttft_last_ms: float) -> str:
+    def judge(
+        self, offered: int, completed: int, ttft_first_ms: float, ttft_last_ms: float, growth_p: float = 0.0
+    ) -> str:
         """Why a window is over-saturated ("" where it is not): ``offered`` arrivals a server keeping pace
         finishes in the window (the rate rule's), ``completed`` requests finished in it, median TTFT of its first
-        and last third."""
+        and last third, and the one-sided p-value that the last third's TTFTs are larger
+        (``later_larger_p``)."""
         reasons = []
         if offered and completed < self.min_achieved_fraction * offered and offered - completed >= MIN_SHORTFALL:
             reasons.append(
@@ -143,21 +153,52 @@ class OverSaturation:
                 f"({completed / offered:.0%} < {self.min_achieved_fraction:.0%})"
             )
         grew = ttft_last_ms - ttft_first_ms
-        if ttft_first_ms >= 0 and math.isfinite(ttft_first_ms) and grew >= self.ttft_growth_min_ms:
+        significant = growth_p <= self.ttft_growth_alpha
+        if ttft_first_ms >= 0 and math.isfinite(ttft_first_ms) and grew >= self.ttft_growth_min_ms and significant:
             if math.isinf(ttft_last_ms):
                 reasons.append("TTFT p50 grew without bound (the window's last third got no first token in the run)")
             elif ttft_last_ms > self.ttft_growth_factor * ttft_first_ms:
                 reasons.append(
                     f"TTFT p50 grew {ttft_last_ms / max(ttft_first_ms, 1e-9):.1f}x through the window "
-                    f"({ttft_first_ms:.0f} -> {ttft_last_ms:.0f} ms)"
+                    f"({ttft_first_ms:.0f} -> {ttft_last_ms:.0f} ms, p = {growth_p:.1g})"
                 )
         return "; ".join(reasons)
 
 
-def _thirds_ttft_ms(run: OpenLoopRun) -> tuple[float, float]:
-    """Median TTFT (ms) of the first and of the last third of the requests started in the window, by start; a
-    request cut at the run's end without a first token counts as infinite, one that failed otherwise not at
-    all."""
+def later_larger_p(first: list[float], last: list[float]) -> float:
+    """One-sided p-value that the values of ``last`` are larger than those of ``first`` (Mann-Whitney U, normal
+    approximation with continuity and tie corrections; infinite values rank above every finite one). NaN where
+    either list is empty; 1 where every value ties."""
+    n1, n2 = len(first), len(last)
+    if not n1 or not n2:
+        return float("nan")
+    if any(math.isnan(v) for v in (*first, *last)):
+        raise ValueError("later_larger_p: a NaN has no rank (a missing TTFT is infinite, see _thirds_ttft_ms)")
+    pooled = sorted([(v, 0) for v in first] + [(v, 1) for v in last])
+    n = n1 + n2
+    rank_sum_last = 0.0
+    ties = 0.0
+    i = 0
+    while i < n:
+        j = i
+        while j + 1 < n and pooled[j + 1][0] == pooled[i][0]:
+            j += 1
+        t = j - i + 1
+        ties += t**3 - t
+        mid_rank = (i + j) / 2 + 1
+        rank_sum_last += mid_rank * sum(1 for k in range(i, j + 1) if pooled[k][1])
+        i = j + 1
+    u = rank_sum_last - n2 * (n2 + 1) / 2
+    var = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1)))
+    if var <= 0:
+        return 1.0
+    z = (u - n1 * n2 / 2 - 0.5) / math.sqrt(var)
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def _thirds_ttft_ms(run: OpenLoopRun) -> tuple[list[float], list[float]]:
+    """TTFTs (ms) of the first and of the last third of the requests started in the window, by start; a request
+    cut at the run's end without a first token counts as infinite, one that failed otherwise not at all."""
     vals = []
     for s in sorted(run.started_in_window(), key=lambda s: s.record.start_s):
         if not (s.record.ok or s.cut_at_end):
@@ -165,9 +206,7 @@ def _thirds_ttft_ms(run: OpenLoopRun) -> tuple[float, float]:
         t = s.record.ttft_s
         vals.append(math.inf if math.isnan(t) else 1000 * t)
     k = len(vals) // 3
-    if k == 0:
-        return float("nan"), float("nan")
-    return statistics.median(vals[:k]), statistics.median(vals[-k:])
+    return (vals[:k], vals[-k:]) if k else ([], [])
 
 
 @dataclass
@@ -209,6 +248,7 @@ class RatePoint:
     peak_in_flight: int
     client_bound: str = ""  # why the client may have set the pace ("" where nothing says so)
     over_saturated: str = ""  # why the rate is over-saturated ("" where it is not)
+    ttft_growth_p: float = float("nan")  # the TTFT rule's p-value (later_larger_p; NaN in sweeps before it)
 
     @classmethod
     def of_run(
@@ -233,7 +273,9 @@ class RatePoint:
             _ms([r.latency_s for r in kept]),
         )
         lags = _ms(run.send_lags_s())
-        first, last = _thirds_ttft_ms(run)
+        first_third, last_third = _thirds_ttft_ms(run)
+        first, last = (statistics.median(v) if v else float("nan") for v in (first_third, last_third))
+        growth_p = later_larger_p(first_third, last_third)
         poisson = run.shape == "poisson"
         offered = run.scheduled_in_window() if poisson else 0
         # arrivals a server keeping pace finishes in the window: those due in it, moved by the median latency
@@ -271,7 +313,8 @@ class RatePoint:
             send_lag_ms_max=max(lags, default=float("nan")),
             peak_in_flight=run.peak_in_flight,
             client_bound=run.client_bound,
-            over_saturated=over.judge(due, len(completed), first, last) if poisson else "",
+            over_saturated=over.judge(due, len(completed), first, last, growth_p) if poisson else "",
+            ttft_growth_p=growth_p,
             **q,
         )
 

@@ -121,7 +121,10 @@ class SweepSettings:
             max_send_lag_ms=float(section["max_send_lag_ms"]),
             max_in_flight=int(section["max_in_flight"]),
             over_saturation=OverSaturation(
-                float(os_["min_achieved_fraction"]), float(os_["ttft_growth_factor"]), float(os_["ttft_growth_min_ms"])
+                float(os_["min_achieved_fraction"]),
+                float(os_["ttft_growth_factor"]),
+                float(os_["ttft_growth_min_ms"]),
+                float(os_["ttft_growth_alpha"]),
             ),
             slo=Slo.from_json(section["slo"]),
             seed=int(seed),
