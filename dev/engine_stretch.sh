@@ -18,7 +18,9 @@
 #   bash dev/engine_stretch.sh waitjob SECONDS OUTDIR the same, but back as soon as the next job starts: near the
 #                                                     end of a loan, each finished job is packed when it finishes
 #   bash dev/engine_stretch.sh status                 steps so far and the last cycle lines
-#   bash dev/engine_stretch.sh pack OUTDIR            one archive per finished job (records compressed), plus logs
+#   bash dev/engine_stretch.sh pack OUTDIR            one archive per finished job (records compressed), plus logs,
+#                                                     the steps' times and machine.txt (boot id, GPU UUID: which
+#                                                     machine, for sweeps of several loans compared in one table)
 # SITE: the overlay naming the machine's engine installations (default dev/device-site.yaml). ES: the folder of this
 # run (default /tmp/es; a second study on the same machine takes another, e.g. ES=/tmp/es2). SEED_FROM: at prepare,
 # a work folder of another run whose model and adapters (the same config keys) are copied instead of built again.
@@ -40,6 +42,11 @@ case "${1:-}" in
       touch /tmp/site/.snake-ready
     fi
     step prepare "$cfg"
+    # which machine this loan ran on: sweeps from two loans compared in one table are from two machines
+    { echo "utc $(date -u +%FT%TZ)"; echo "boot_id $(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"
+      echo "host $(hostname) $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+      nvidia-smi --query-gpu=index,name,uuid,serial,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu /'
+    } > "$S/machine.txt"
     if [ -n "${SEED_FROM:-}" ]; then
       # newer than the tree just laid, so that no input looks changed; without Snakemake's records nothing else triggers
       mkdir -p "$W/results" && cp -a "$SEED_FROM/results/model" "$SEED_FROM/results/adapters" "$W/results/" \
@@ -114,6 +121,7 @@ print(' '.join(first + ['results/servers/%s/facts.json' % s for s in srv] + extr
       [ -d "$d" ] && tar -czf "$out/$(basename "$(dirname "$d")")-$(basename "$d").tgz" -C "$(dirname "$d")" "$(basename "$d")"
     done
     (cd "$W" && tar -czf "$out/meta.tgz" results/envs results/model/manifest.json results/adapters/*.json results/workload logs 2>/dev/null)
+    cp "$S/machine.txt" "$S/steps.log" "$out/" 2>/dev/null
     ls -la "$out"
     ;;
   *) echo "usage: $0 prepare CONFIG | start CONFIG ENGINE | after DIR CONFIG ENGINE | status | wait[job] SECONDS [OUTDIR] | pack OUTDIR"; exit 2 ;;
