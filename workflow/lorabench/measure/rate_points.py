@@ -144,8 +144,8 @@ class OverSaturation:
     ) -> str:
         """Why a window is over-saturated ("" where it is not): ``offered`` arrivals a server keeping pace
         finishes in the window (the rate rule's), ``completed`` requests finished in it, median TTFT of its first
-        and last third, and the one-sided p-value that the last third's TTFTs are larger
-        (``later_larger_p``)."""
+        and last third, and the one-sided p-value that the last third's TTFTs are larger (``later_larger_p``;
+        0, the default, counts as beyond chance)."""
         reasons = []
         if offered and completed < self.min_achieved_fraction * offered and offered - completed >= MIN_SHORTFALL:
             reasons.append(
