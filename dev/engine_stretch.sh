@@ -14,7 +14,8 @@
 #   bash dev/engine_stretch.sh wait SECONDS [OUTDIR]  poll until the run stops or SECONDS pass, then status; with
 #                                                     OUTDIR ($OUT), pack what has finished so far into it: every
 #                                                     poll brings the finished jobs back, a lost machine loses only
-#                                                     the job in flight
+#                                                     the job in flight (packed also as each job ends, for a call
+#                                                     cut at the loan's end)
 #   bash dev/engine_stretch.sh waitjob SECONDS OUTDIR the same, but back as soon as the next job starts: near the
 #                                                     end of a loan, each finished job is packed when it finishes
 #   bash dev/engine_stretch.sh status                 steps so far and the last cycle lines
@@ -106,8 +107,12 @@ print(' '.join(first + ['results/servers/%s/facts.json' % s for s in srv] + extr
     end=$(( $(date +%s) + ${2:-500} )); steps=$(wc -l < "$S/steps.log" 2>/dev/null || echo 0)
     while [ "$(date +%s)" -lt "$end" ]; do
       kill -0 "$(cat "$S/driver.pid" 2>/dev/null)" 2>/dev/null || break
-      # waitjob: back as soon as the next job starts (the one before it finished: packed now, not at the next poll)
-      [ "$1" = waitjob ] && [ "$(wc -l < "$S/steps.log")" -gt "$steps" ] && break
+      if [ "$(wc -l < "$S/steps.log")" -gt "$steps" ]; then
+        # a job finished (the next one started): waitjob comes back now; wait packs it now and goes on, so that
+        # a call cut short by the loan's end still brings back every job finished before the cut
+        [ "$1" = waitjob ] && break
+        steps=$(wc -l < "$S/steps.log"); [ -n "${3:-}" ] && bash "$0" pack "$3" > /dev/null
+      fi
       sleep 5
     done
     bash "$0" status
@@ -118,7 +123,9 @@ print(' '.join(first + ['results/servers/%s/facts.json' % s for s in srv] + extr
     rm -rf "$S/save"
     (cd "$W" && python3 dev/study_results.py save results "$S/save" > /dev/null)
     for d in "$S"/save/servers/* "$S"/save/runtime_load/* "$S"/save/prefix_cache/* "$S"/save/rate_sweep/*; do
-      [ -d "$d" ] && tar -czf "$out/$(basename "$(dirname "$d")")-$(basename "$d").tgz" -C "$(dirname "$d")" "$(basename "$d")"
+      # written aside, then moved: a call cut while packing leaves the archive of the poll before, not half of one
+      [ -d "$d" ] && tar -czf "$out/.packing.tgz" -C "$(dirname "$d")" "$(basename "$d")" \
+        && mv "$out/.packing.tgz" "$out/$(basename "$(dirname "$d")")-$(basename "$d").tgz"
     done
     (cd "$W" && tar -czf "$out/meta.tgz" results/envs results/model/manifest.json results/adapters/*.json results/workload logs 2>/dev/null)
     cp "$S/machine.txt" "$S/steps.log" "$out/" 2>/dev/null
