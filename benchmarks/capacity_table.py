@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         print("no sweep with an SLO")
         return 1
     print(f"SLO: {model['slo']['text']}")
+    for mach in model["machines"]:  # only where the sweeps ran on more than one machine
+        print(f"machine {mach['boot_id'][:8] or '(not recorded)'} from {mach['started_utc'] or '?'}: "
+              f"{', '.join(mach['servers'])}")  # fmt: skip
     for m in model["mixes"]:
         print(f"\nmix {m['mix']} ({m['about']})")
         print(

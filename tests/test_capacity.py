@@ -148,6 +148,34 @@ def test_the_model_renders_through_the_include_with_its_plots(study, tmp_path):
     assert env.get_template("sections/capacity.html.j2").render().strip() == ""  # no sweep configured: nothing
 
 
+def test_sweeps_of_two_machines_are_said_so_and_lora_costs_across_them_marked(study, tmp_path):
+    for path, boot, at in ((study[0], "aaaa1111-x", "2026-12-05T03:10:00Z"), (study[1], "aaaa1111-x",
+                           "2026-12-05T03:20:00Z"), (study[2], "bbbb2222-y", "2026-12-06T09:00:00Z")):  # fmt: skip
+        data = json.loads(path.read_text())
+        path.write_text(json.dumps(data | {"ran": {"started_utc": at, "boot_id": boot}}))
+    model = capacity_model(study, SERVERS)
+    assert model["machines"] == [
+        {"boot_id": "aaaa1111-x", "started_utc": "2026-12-05T03:10:00Z", "servers": ["off", "l2"]},
+        {"boot_id": "bbbb2222-y", "started_utc": "2026-12-06T09:00:00Z", "servers": ["l4"]},
+    ]
+    rows = _rows(study)
+    assert not rows[("base", "l2")].lora_cost_across_machines  # l2 and off: one machine
+    assert rows[("z", "l2")].lora_cost_pct < 0 and not rows[("z", "l2")].lora_cost_across_machines
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(ROOT / "report" / "templates"), autoescape=True)
+    html = env.get_template("sections/capacity.html.j2").render(capacity=model)
+    assert "ran on 2 machines" in html and "l4 from 2026-12-06T09:00:00Z (boot bbbb2222)" in html
+    # the 4-slot sweep measured against LoRA off of another machine: its cost says so
+    data = json.loads(study[2].read_text())
+    data["sweeps"] = [sweep("l4", "base", [[20, 60, 150]] * SIX)]
+    data["mixes"] = ["base"]
+    study[2].write_text(json.dumps(data))
+    l4 = _rows(study)[("base", "l4")]
+    assert l4.lora_reference == "off/base" and l4.lora_cost_across_machines
+    (row,) = [r for r in capacity_model(study, SERVERS)["mixes"][0]["rows"] if r["server"] == "l4"]
+    assert row["lora_cost"].endswith(", the two sweeps on different machines")
+    assert capacity_model(study[:2], SERVERS)["machines"] == []  # one machine: nothing to say
+
+
 def test_sweeps_with_different_slos_are_refused(study, tmp_path):
     other = write_sweep(tmp_path / "o", "l4", [sweep("l4", "z", [[20, 30, 40]])])
     data = json.loads(other.read_text())

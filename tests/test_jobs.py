@@ -152,6 +152,11 @@ def test_the_rate_sweep_writes_its_sweeps_records_and_facts(tmp_path: Path, toy:
     assert swept.status == "ok" and swept.slo == kind.params.slo and [s.mix for s in swept.sweeps] == ["base"]
     (res,) = swept.sweeps
     assert res.max_rate_per_s > 0 and res.cycles == 2 and len(res.points) == 2 * len(res.fractions)
+    # when and on which boot it ran: tables of sweeps from several machines say so
+    assert (
+        swept.ran["started_utc"].endswith("Z")
+        and swept.ran["boot_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    )
     records = list(read_jsonl(out / "records.jsonl"))
     assert {r["mix"] for r in records} == {"base"} and all(r["request_id"].startswith("toy-1/sweep/") for r in records)
     facts = read_json(out / "facts.json")

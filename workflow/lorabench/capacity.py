@@ -22,6 +22,11 @@ mix it sweeps (a LoRA-off server serves the base model's mixes only): ``100 x (o
 servers' cycles are not paired, so its interval is the range the two intervals allow (on.lo / off.hi, on.hi /
 off.lo), wide by construction. Not computed where the reference is a bound.
 
+Machines. Each sweep says when it started and on which boot of which machine it ran (``rate_sweep.ran``). Where the
+sweeps of one table ran on more than one (a study put together from several runs), ``machines`` lists them and
+a LoRA cost whose two sweeps ran on different ones says so: the intervals hold the spread within a sweep, not
+what differs between two machines or two boots of one.
+
 ``capacity_model``'s dict:
 
 - ``slo``: ``{"ttft_p99_ms", "itl_p99_ms", "text"}`` (text: "p99 TTFT <= 500 ms and p99 ITL <= 50 ms");
@@ -34,7 +39,9 @@ off.lo), wide by construction. Not computed where the reference is a bound.
 - ``findings``: the sentences, one per mix;
 - ``plots``: ``{"capacity": FILE or None, "latency": {MIX: {"ttft": FILE, "itl": FILE}}}``, file names relative
   to the plot folder;
-- ``not_run``: servers whose sweep did not run (their status).
+- ``not_run``: servers whose sweep did not run (their status);
+- ``machines``: ``[{"boot_id", "started_utc", "servers"}]``, one per machine the sweeps ran on (the first start on
+  it; a sweep written before the record: boot id ""), empty where they all ran on one.
 """
 
 from __future__ import annotations
@@ -84,6 +91,7 @@ class SweepFile:
     slo: Slo | None
     mixes: list[str]
     sweeps: list[SweepResult] = field(default_factory=list)
+    ran: dict[str, str] = field(default_factory=dict)  # started_utc, boot_id (empty in sweeps before the record)
 
     @classmethod
     def read(cls, path: str | Path) -> SweepFile:
@@ -97,6 +105,7 @@ class SweepFile:
             slo=slo,
             mixes=list(data.get("mixes") or []),
             sweeps=[SweepResult.from_json(s) for s in data.get("sweeps") or []],
+            ran=dict(data.get("ran") or {}),
         )
 
 
@@ -153,6 +162,8 @@ class CapacityRow:
     lora_cost_lo_pct: float = float("nan")
     lora_cost_hi_pct: float = float("nan")
     lora_cost_mark: str = ""
+    lora_cost_across_machines: bool = False  # the two sweeps ran on different machines (or boots)
+    boot_id: str = ""
 
     @property
     def ok(self) -> bool:
@@ -190,6 +201,7 @@ def capacity_rows(files: list[SweepFile], servers: dict[str, ServerInfo]) -> lis
                     cap.censored,
                     goodput_at_capacity(sweep, cap),
                     sweep.max_rate_per_s,
+                    boot_id=f.ran.get("boot_id", ""),
                 )  # fmt: skip
             )
     _lora_costs(rows)
@@ -210,6 +222,7 @@ def _lora_costs(rows: list[CapacityRow]) -> None:
         r.lora_cost_lo_pct = 100 * (r.lo / ref.hi - 1) if ref.hi > 0 else float("nan")
         r.lora_cost_hi_pct = 100 * (r.hi / ref.lo - 1) if ref.lo > 0 else float("nan")
         r.lora_cost_mark = r.mark
+        r.lora_cost_across_machines = bool(r.boot_id and ref.boot_id and r.boot_id != ref.boot_id)
 
 
 def _num(v: float, digits: int = 2) -> str:
@@ -248,6 +261,8 @@ def _row_view(r: CapacityRow, servers: dict[str, ServerInfo]) -> dict[str, Any]:
     cost = ""
     if not math.isnan(r.lora_cost_pct):
         cost = f"{r.lora_cost_mark}{_pct(r.lora_cost_pct)} ({_pct(r.lora_cost_lo_pct)} to {_pct(r.lora_cost_hi_pct)})"
+        if r.lora_cost_across_machines:
+            cost += ", the two sweeps on different machines"
     return {
         "server": r.server,
         "config": info.describe(),
@@ -358,4 +373,16 @@ def capacity_model(
         "findings": [m["finding"] for m in mixes],
         "plots": capacity_plots(files, plot_dir) if plot_dir is not None else {},
         "not_run": sorted({f"{f.server}: {f.status}" for f in files if f.status != "ok"}),
+        "machines": machines(files),
     }
+
+
+def machines(files: list[SweepFile]) -> list[dict[str, Any]]:
+    """The machines (boots) the sweeps that ran were measured on, in order of their first sweep's start; empty
+    where there is one."""
+    by_boot: dict[str, dict[str, Any]] = {}
+    for f in sorted((f for f in files if f.status == "ok"), key=lambda f: f.ran.get("started_utc", "")):
+        boot = f.ran.get("boot_id", "")
+        m = by_boot.setdefault(boot, {"boot_id": boot, "started_utc": f.ran.get("started_utc", ""), "servers": []})
+        m["servers"].append(f.server)
+    return list(by_boot.values()) if len(by_boot) > 1 else []

@@ -16,6 +16,8 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, ClassVar
 
 from .config import rate_sweep_mixes
@@ -27,13 +29,24 @@ from .session import ServerSession
 log = logging.getLogger(__name__)
 
 SWEEP_JOB_SCHEMA = "lorabench.sweep_job/1"
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def ran() -> Json:
+    """When the sweep started (UTC) and on which boot of which machine (Linux's boot id, "" elsewhere): a table that
+    compares sweeps of several runs (another day, another lent machine) says so (``capacity``)."""
+    try:
+        boot = BOOT_ID.read_text().strip()
+    except OSError:
+        boot = ""
+    return {"started_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "boot_id": boot}
 
 
 @dataclass
 class SweepJobResult:
     """A sweep job's outputs (the module's docstring)."""
 
-    head: Json  # status, server, engine, engine_version, readiness_s, machine
+    head: Json  # status, server, engine, engine_version, readiness_s, machine, ran (``ran``)
     settings: SweepSettings
     mixes: list[str]
     outcome: SweepOutcome
@@ -93,6 +106,7 @@ class RateSweep(JobKind):
 
     def run(self, session: ServerSession) -> SweepJobResult:
         t0 = time.monotonic()
+        started = ran()
         with session.serving() as srv:
             outcome, probes = asyncio.run(self._sweep(session, srv.base_url))
             session.facts["probes"] = probes
@@ -108,7 +122,7 @@ class RateSweep(JobKind):
         for cap in outcome.capacities(self.params.slo):
             log.info("%s/%s: capacity at the SLO %.2f req/s [%.2f, %.2f] over %d cycles (%d censored)", cap.server,
                      cap.mix, cap.capacity_per_s, cap.lo, cap.hi, cap.n, cap.censored)  # fmt: skip
-        return SweepJobResult(session.side_head(), self.params, self.mixes, outcome, facts)
+        return SweepJobResult({**session.side_head(), "ran": started}, self.params, self.mixes, outcome, facts)
 
     async def _sweep(self, session: ServerSession, base_url: str) -> tuple[SweepOutcome, Json]:
         """The canary on a client of its own, the sweep, then the probes."""
