@@ -353,7 +353,8 @@ def capacity_model(
     slo = next((f.slo for f in files if f.slo), None)
     rows = capacity_rows(files, servers)
     if slo is None:
-        return {"schema": CAPACITY_TABLE_SCHEMA, "slo": None, "mixes": [], "findings": [], "plots": {}, "not_run": []}
+        return {"schema": CAPACITY_TABLE_SCHEMA, "slo": None, "mixes": [], "findings": [], "plots": {}, "not_run": [],
+                "machines": []}  # fmt: skip
     mixes = []
     for mix in dict.fromkeys(r.mix for r in rows):
         of_mix = sorted((r for r in rows if r.mix == mix), key=lambda r: (not r.ok, -r.capacity_per_s if r.ok else 0.0))
