@@ -30,6 +30,7 @@ from ..support.fake_server import start_in_process
 
 NAN = float("nan")
 OVER = OverSaturation(min_achieved_fraction=0.9, ttft_growth_factor=2.0, ttft_growth_min_ms=50.0)
+OVER_TESTED = OverSaturation(0.9, 2.0, 50.0, ttft_growth_alpha=0.001)  # the TTFT rule with the schema's default level
 SLO = Slo(ttft_p99_ms=100.0, itl_p99_ms=20.0)
 
 
@@ -131,10 +132,9 @@ def test_later_larger_p_is_the_mann_whitney_test_with_ties():
 
 
 def test_ttft_rule_needs_the_growth_beyond_chance_where_a_level_is_set():
-    strict = OverSaturation(0.9, 2.0, 50.0, ttft_growth_alpha=0.001)
-    assert "p = 0.0001" in strict.judge(0, 0, 40.0, 120.0, growth_p=1e-4)
-    assert strict.judge(0, 0, 40.0, 120.0, growth_p=0.04) == ""
-    assert "without bound" not in strict.judge(0, 0, 40.0, math.inf, growth_p=0.04)
+    assert "p = 0.0001" in OVER_TESTED.judge(0, 0, 40.0, 120.0, growth_p=1e-4)
+    assert OVER_TESTED.judge(0, 0, 40.0, 120.0, growth_p=0.04) == ""
+    assert "without bound" not in OVER_TESTED.judge(0, 0, 40.0, math.inf, growth_p=0.04)
     assert "TTFT p50 grew" in OVER.judge(0, 0, 40.0, 120.0, growth_p=0.04)  # no level set: sweeps before the test
 
 
@@ -154,8 +154,7 @@ def test_a_run_whose_queue_grows_is_over_saturated():
         ttft = 0.02 + 0.1 * s
         sent.append(Sent(_rec(i, t0 + s, ttft, t0 + s + ttft + 0.1), scheduled_s=s, send_lag_s=0.001))
     run = OpenLoopRun("poisson", Phases(1.0, 5.0, 1.0), t0, sent, rate_per_s=20.0, max_send_lag_s=0.01)
-    strict = OverSaturation(0.9, 2.0, 50.0, ttft_growth_alpha=0.001)
-    p = RatePoint.of_run(run, server="s", mix="m", cycle=0, position=0, fraction=0.5, slo=SLO, over=strict)
+    p = RatePoint.of_run(run, server="s", mix="m", cycle=0, position=0, fraction=0.5, slo=SLO, over=OVER_TESTED)
     assert "TTFT p50 grew" in p.over_saturated and p.ttft_growth_p < 1e-9
     assert p.ttft_ms_p99 > p.ttft_ms_p50 > 100
     assert p.client_bound == ""
@@ -174,8 +173,7 @@ def test_a_few_slow_requests_late_in_a_small_window_are_not_a_growing_queue():
         ttft = 0.22 if i in (8, 10) else 0.03
         sent.append(Sent(_rec(i, t0 + s, ttft, t0 + s + ttft + 0.5), scheduled_s=s, send_lag_s=0.001))
     run = OpenLoopRun("poisson", Phases(1.0, 8.0, 1.0), t0, sent, rate_per_s=1.25, max_send_lag_s=0.01)
-    strict = OverSaturation(0.9, 2.0, 50.0, ttft_growth_alpha=0.001)
-    p = RatePoint.of_run(run, server="s", mix="m", cycle=0, position=0, fraction=0.1, slo=SLO, over=strict)
+    p = RatePoint.of_run(run, server="s", mix="m", cycle=0, position=0, fraction=0.1, slo=SLO, over=OVER_TESTED)
     assert (p.ttft_first_third_ms, p.ttft_last_third_ms) == pytest.approx((30.0, 220.0))
     assert p.over_saturated == "" and p.ttft_growth_p > 0.01
     old = RatePoint.of_run(run, server="s", mix="m", cycle=0, position=0, fraction=0.1, slo=SLO, over=OVER)
