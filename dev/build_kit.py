@@ -122,7 +122,8 @@ def build(engine: str, part_mb: int, shared: Path, work: Path) -> Path:
     shutil.copy(KIT / "stage.sh", kit / "bin" / "stage.sh")
     shutil.copy(KIT / f"env-{engine}.sh", kit / "bin" / "env.sh")
     exclude = ROOT / ".git" / "info" / "exclude"
-    if exclude.parent.is_dir() and f"/.kit-{engine}/" not in exclude.read_text(errors="replace").split():
+    listed = exclude.read_text(errors="replace").split() if exclude.is_file() else []
+    if exclude.parent.is_dir() and f"/.kit-{engine}/" not in listed:
         with open(exclude, "a") as f:
             f.write(f"/.kit-{engine}/\n")
     print(f"{kit}: {len(pins)} wheels, {packed.stat().st_size / 2**20:.1f} MiB in {n} part(s)")
