@@ -150,7 +150,7 @@ class OverSaturation:
         if offered and completed < self.min_achieved_fraction * offered and offered - completed >= MIN_SHORTFALL:
             reasons.append(
                 f"{completed} requests completed in the window against {offered} arrivals due "
-                f"({completed / offered:.0%} < {self.min_achieved_fraction:.0%})"
+                f"({completed / offered:.1%} < {self.min_achieved_fraction:.0%})"
             )
         grew = ttft_last_ms - ttft_first_ms
         significant = growth_p <= self.ttft_growth_alpha
