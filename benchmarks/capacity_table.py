@@ -66,13 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     for m in model["mixes"]:
         print(f"\nmix {m['mix']} ({m['about']})")
         print(
-            f"  {'server':<18} {'capacity':>9} {'interval':>14} {'cover':>6} {'probe':>7} {'goodput':>8}  LoRA's cost"
+            f"  {'server':<18} {'capacity':>9} {'interval':>18} {'cover':>6} {'probe':>7} {'goodput':>8}  LoRA's cost"
         )
         for r in m["rows"]:
             if r["status"] != "ok":
                 print(f"  {r['server']:<18} {r['status']}")
                 continue
-            print(f"  {r['server']:<18} {r['capacity']:>9} {r['interval']:>14} {r['coverage']:>6} {r['probe_rate']:>7} "
+            print(f"  {r['server']:<18} {r['capacity']:>9} {r['interval']:>18} {r['coverage']:>6} {r['probe_rate']:>7} "
                   f"{r['goodput']:>8}  {r['lora_cost']}")  # fmt: skip
         print(f"  finding: {m['finding']}")
     print("\nper cycle: capacity (req/s), the rates bracketing it, how it was placed")

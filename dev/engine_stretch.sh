@@ -6,7 +6,8 @@
 #   bash dev/engine_stretch.sh start CONFIG ENGINE    detached: the engine's record, then its server jobs (LoRA off
 #                                                     first, then by slot count); ONLY=REGEX keeps matching targets;
 #                                                     RUNTIME=1 adds the engine's runtime-loading jobs, last;
-#                                                     SWEEP=1 its rate sweeps (rate_sweep.servers), after them;
+#                                                     SWEEP=1 its rate sweeps (rate_sweep.servers), after them
+#                                                     (SWEEP=first: before them);
 #                                                     PREFIX=1 its prefix-caching jobs (prefix_cache.server), first
 #   bash dev/engine_stretch.sh after DIR CONFIG ENGINE  detached: once the run in DIR (another ES) has stopped and
 #                                                     this ES is prepared, start CONFIG ENGINE here: one server on
@@ -39,7 +40,10 @@ case "${1:-}" in
     mkdir -p "$S"; rm -rf "$W"; mkdir -p "$W"
     tar --exclude=./.kit --exclude=./.kit-sglang --exclude=./.kit-vllm --exclude=./.whl-snake --exclude=./results --exclude=./.git -cf - . | tar -xf - -C "$W"
     if [ ! -f /tmp/site/.snake-ready ]; then
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl-snake/*.whl || exit 5
+      # the wheels as carried, or as joined from pieces (`carry_pieces.py join .pieces-snake /tmp/snake`) when the
+      # tree leaves no room for them in one call
+      whl=.whl-snake; [ -d "$whl" ] || whl=/tmp/snake/.whl-snake
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$whl"/*.whl || exit 5
       touch /tmp/site/.snake-ready
     fi
     step prepare "$cfg"
@@ -73,7 +77,8 @@ def on(flag, names, path):
     return [path % s for s in srv if s in names] if flag == '1' else []
 first = on('${PREFIX:-0}', prefix_cache_servers(c), 'results/prefix_cache/%s/prefix.json')
 extra = on('${RUNTIME:-0}', runtime_load_servers(c), 'results/runtime_load/%s/load.json')
-extra += on('${SWEEP:-0}', rate_sweep_mixes(c), 'results/rate_sweep/%s/sweep.json')
+sweeps = on('1' if '${SWEEP:-0}' in ('1', 'first') else '0', rate_sweep_mixes(c), 'results/rate_sweep/%s/sweep.json')
+first, extra = (first + sweeps, extra) if '${SWEEP:-0}' == 'first' else (first, extra + sweeps)
 print(' '.join(first + ['results/servers/%s/facts.json' % s for s in srv] + extra))")
     setsid nohup bash -c "
       cd '$W'

@@ -212,3 +212,31 @@ def test_the_report_shows_the_capacity_section_with_its_plots_beside_it(study, t
     assert 'id="capacity"' in text and 'id="capacity-base-l2"' in text and "For mix base, off" in text
     assert 'src="capacity-capacity.png"' in text and (html.parent / "capacity-capacity.png").stat().st_size > 1000
     assert all((html.parent / f"capacity-{f}").exists() for m in model["plots"]["latency"].values() for f in m.values())
+
+
+def test_an_interval_end_on_a_censored_cycle_is_said_to_be_a_bound(tmp_path):
+    """Five cycles place LoRA off's capacity; in the sixth every rate met (capacity above 6/s, the highest it ran):
+    with six cycles the interval's top is that cycle's, so it reads ">=6.00", and the LoRA cost's lower end, computed
+    from it, "<=". One cycle of 2 slots whose lowest rate failed sets the bottom of its interval the same way."""
+    off_cycles = [[40, 70, 130]] * (SIX - 1) + [[20, 30, 40]]
+    l2_cycles = [[40, 80, 180]] * (SIX - 1) + [[200, 300, 400]]
+    paths = [
+        write_sweep(tmp_path, "off", [sweep("off", "base", off_cycles)]),
+        write_sweep(tmp_path, "l2", [sweep("l2", "base", l2_cycles)]),
+    ]
+    rows = {r.server: r for r in capacity_rows([SweepFile.read(p) for p in paths], SERVERS)}
+    off, l2 = rows["off"], rows["l2"]
+    assert (off.lo_open, off.hi_open, off.mark) == (False, True, "")
+    assert (l2.lo_open, l2.hi_open) == (True, False)
+    # l2's bottom over off's top: both open ends bound the cost's lower end; its upper end (l2's top over off's
+    # bottom) is a value
+    assert (l2.lora_cost_lo_open, l2.lora_cost_hi_open) == (True, False)
+    model = capacity_model(paths, SERVERS)
+    views = {r["server"]: r for m in model["mixes"] for r in m["rows"]}
+    assert views["off"]["interval"] == "5.00 to >=6.00"
+    assert views["l2"]["interval"] == "<2.00 to 4.40"
+    assert "(<=" in views["l2"]["lora_cost"] and "to >=" not in views["l2"]["lora_cost"]
+    # an interval whose order statistics fall on placed cycles keeps the plain form
+    closed = write_sweep(tmp_path / "c", "off", [sweep("off", "base", [[40, 70, 130]] * SIX)])
+    (row,) = capacity_rows([SweepFile.read(closed)], SERVERS)
+    assert (row.lo_open, row.hi_open) == (False, False)

@@ -106,7 +106,7 @@ def test_rate_rule_needs_the_fraction_and_a_few_requests_missing():
     assert OVER.judge(100, 95, 10, 12) == ""
     assert "85 requests completed in the window against 100 arrivals" in OVER.judge(100, 85, 10, 12)
     assert OVER.judge(10, 8, 10, 12) == ""  # 80 %, but only 2 requests short: one in flight at the window's end
-    # 404 of 450 is 89.8 %: said so, not rounded up to the 90 % it falls short of (the H200 log of 2026-12-04 read "90% < 90%")
+    # 404 of 450 is 89.8 %: said so, not rounded up to the 90 % it falls short of (an H200 log read "90% < 90%")
     assert "(89.8% < 90%)" in OVER.judge(450, 404, 10, 12)
 
 

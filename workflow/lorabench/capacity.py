@@ -14,13 +14,17 @@ only (nothing here measures; the sweep job never imports it).
 Marks. A cycle whose lowest rate already fails gives only an upper bound ("below"), one whose every rate meets a
 lower bound ("at_least"). The median over cycles is marked ``<`` when at least half of the cycles gave an upper
 bound, ``>=`` when at least half gave a lower bound: then the true median may lie beyond the figure in that
-direction. Fewer censored cycles leave the median a value, and ``censored`` says how many there were.
+direction. Fewer censored cycles leave the median a value, and ``censored`` says how many there were. An end of
+the interval is itself a bound where its order statistic falls on a censored cycle (``open_ends``): the upper end
+on a cycle whose every rate met ("53.67 to >=69.25": that cycle's capacity is above the highest rate it ran), the
+lower end on one whose lowest rate failed ("<1.02 to 2.42").
 
 LoRA's cost. For a server with LoRA on, its capacity on a mix against the capacity of the LoRA-off server of the
 same engine installation (``servers.X.engine``) on the same mix where that server sweeps it, else on the first
 mix it sweeps (a LoRA-off server serves the base model's mixes only): ``100 x (on / off - 1)`` percent. The two
 servers' cycles are not paired, so its interval is the range the two intervals allow (on.lo / off.hi, on.hi /
-off.lo), wide by construction. Not computed where the reference is a bound.
+off.lo), wide by construction; an end computed from an open end of either interval is marked as a bound too
+("<=-99 % to -95 %"). Not computed where the reference is a bound.
 
 Machines. Each sweep says when it started and on which boot of which machine it ran (``rate_sweep.ran``). Where the
 sweeps of one table ran on more than one (a study put together from several runs), ``machines`` lists them and
@@ -55,6 +59,7 @@ from typing import Any
 
 from .io import read_json
 from .measure.sweep import Capacity, Slo, SweepResult
+from .median import MedianInterval
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +119,18 @@ def _median(values: list[float]) -> float:
     return statistics.median(vals) if vals else float("nan")
 
 
+def open_ends(cap: Capacity) -> tuple[bool, bool]:
+    """Whether the interval's lower and upper ends are bounds rather than values: the same order statistics taken
+    with each censored cycle at the far end of what it allows (0 for a cycle whose lowest rate failed, infinity for
+    one whose every rate met) land on such a cycle."""
+    cycles = [c for c in cap.per_cycle if not math.isnan(c.capacity_per_s)]
+    if not cycles:
+        return False, False
+    lo = MedianInterval.of([0.0 if c.bound == "below" else c.capacity_per_s for c in cycles]).lo
+    hi = MedianInterval.of([math.inf if c.bound == "at_least" else c.upper for c in cycles]).hi
+    return lo == 0.0 and any(c.bound == "below" for c in cycles), math.isinf(hi)
+
+
 def mark_of(cap: Capacity) -> str:
     """``<``, ``>=`` or "" for the median over cycles (the module's docstring)."""
     below = sum(1 for c in cap.per_cycle if c.bound == "below")
@@ -162,6 +179,10 @@ class CapacityRow:
     lora_cost_lo_pct: float = float("nan")
     lora_cost_hi_pct: float = float("nan")
     lora_cost_mark: str = ""
+    lo_open: bool = False  # the interval's lower end is an upper bound (``open_ends``)
+    hi_open: bool = False  # its upper end is a lower bound
+    lora_cost_lo_open: bool = False  # the cost's lower end is an upper bound (from an open end)
+    lora_cost_hi_open: bool = False  # the cost's upper end is a lower bound
     lora_cost_across_machines: bool = False  # the two sweeps ran on different machines (or boots)
     boot_id: str = ""
 
@@ -184,6 +205,7 @@ def capacity_rows(files: list[SweepFile], servers: dict[str, ServerInfo]) -> lis
         assert f.slo is not None
         for sweep in f.sweeps:
             cap = Capacity.of(sweep, f.slo)
+            lo_open, hi_open = open_ends(cap)
             rows.append(
                 CapacityRow(
                     sweep.mix,
@@ -202,6 +224,8 @@ def capacity_rows(files: list[SweepFile], servers: dict[str, ServerInfo]) -> lis
                     goodput_at_capacity(sweep, cap),
                     sweep.max_rate_per_s,
                     boot_id=f.ran.get("boot_id", ""),
+                    lo_open=lo_open,
+                    hi_open=hi_open,
                 )  # fmt: skip
             )
     _lora_costs(rows)
@@ -222,6 +246,8 @@ def _lora_costs(rows: list[CapacityRow]) -> None:
         r.lora_cost_lo_pct = 100 * (r.lo / ref.hi - 1) if ref.hi > 0 else float("nan")
         r.lora_cost_hi_pct = 100 * (r.hi / ref.lo - 1) if ref.lo > 0 else float("nan")
         r.lora_cost_mark = r.mark
+        r.lora_cost_lo_open = r.lo_open or ref.hi_open
+        r.lora_cost_hi_open = r.hi_open or ref.lo_open
         r.lora_cost_across_machines = bool(r.boot_id and ref.boot_id and r.boot_id != ref.boot_id)
 
 
@@ -235,6 +261,19 @@ def _num(v: float, digits: int = 2) -> str:
 
 def _pct(v: float) -> str:
     return "n/a" if math.isnan(v) else f"{v:+.0f} %"
+
+
+def interval_text(r: CapacityRow) -> str:
+    """``lo-hi``, or ``lo to hi`` with ``<`` / ``>=`` on an end that is a bound (``open_ends``)."""
+    if not (r.lo_open or r.hi_open):
+        return f"{_num(r.lo)}-{_num(r.hi)}"
+    return f"{'<' if r.lo_open else ''}{_num(r.lo)} to {'>=' if r.hi_open else ''}{_num(r.hi)}"
+
+
+def cost_range_text(r: CapacityRow) -> str:
+    """The LoRA cost's range, ``<=`` / ``>=`` on an end computed from an open end."""
+    lo = f"{'<=' if r.lora_cost_lo_open else ''}{_pct(r.lora_cost_lo_pct)}"
+    return f"{lo} to {'>=' if r.lora_cost_hi_open else ''}{_pct(r.lora_cost_hi_pct)}"
 
 
 def slo_text(slo: Slo) -> str:
@@ -260,7 +299,7 @@ def _row_view(r: CapacityRow, servers: dict[str, ServerInfo]) -> dict[str, Any]:
     info = servers.get(r.server, ServerInfo(r.engine, r.lora, r.max_loras))
     cost = ""
     if not math.isnan(r.lora_cost_pct):
-        cost = f"{r.lora_cost_mark}{_pct(r.lora_cost_pct)} ({_pct(r.lora_cost_lo_pct)} to {_pct(r.lora_cost_hi_pct)})"
+        cost = f"{r.lora_cost_mark}{_pct(r.lora_cost_pct)} ({cost_range_text(r)})"
         if r.lora_cost_across_machines:
             cost += ", the two sweeps on different machines"
     return {
@@ -268,7 +307,7 @@ def _row_view(r: CapacityRow, servers: dict[str, ServerInfo]) -> dict[str, Any]:
         "config": info.describe(),
         "status": r.status,
         "capacity": f"{r.mark}{_num(r.capacity_per_s)}" if r.ok else "",
-        "interval": f"{_num(r.lo)}-{_num(r.hi)}" if r.ok else "",
+        "interval": interval_text(r) if r.ok else "",
         "coverage": f"{100 * r.coverage:.0f} %" if r.ok and not math.isnan(r.coverage) else "",
         "cycles": str(r.n) if r.ok else "",
         "censored": f"{r.censored} of {r.n}" if r.ok else "",
@@ -290,24 +329,24 @@ def sizing_finding(mix: str, rows: list[CapacityRow], servers: dict[str, ServerI
     bound = "at least " if best.mark == ">=" else ""
     text = (
         f"For {what}, {best.server} ({cfg}) serves the most within {slo_text(slo)}: {bound}"
-        f"{_num(best.capacity_per_s)} requests/s (95 % interval {_num(best.lo)}-{_num(best.hi)}, {best.n} cycles)"
+        f"{_num(best.capacity_per_s)} requests/s (95 % interval {interval_text(best)}, {best.n} cycles)"
     )
     if len(ranked) > 1:
         nxt = ranked[1]
         if nxt.mark == ">=":  # a lower bound: its interval's top is not where its capacity ends
             verdict = "a lower bound, so the two are not told apart"
-        elif nxt.hi < best.lo:
+        elif nxt.hi < best.lo and not (nxt.hi_open or best.lo_open):
             verdict = "the intervals apart"
         else:
             verdict = "the intervals overlap, so the two are not told apart"
-        figure = f"{nxt.mark}{_num(nxt.capacity_per_s)} ({_num(nxt.lo)}-{_num(nxt.hi)})"
+        figure = f"{nxt.mark}{_num(nxt.capacity_per_s)} ({interval_text(nxt)})"
         text += f"; next {nxt.server} at {figure}, {verdict}"
     costs = [r for r in rows if r.mix == mix and not math.isnan(r.lora_cost_pct)]
     if costs:
         c = max(costs, key=lambda r: r.capacity_per_s)
         text += (
             f". Enabling LoRA costs {c.server} {c.lora_cost_mark}{_pct(c.lora_cost_pct)} of capacity against "
-            f"{c.lora_reference} (range {_pct(c.lora_cost_lo_pct)} to {_pct(c.lora_cost_hi_pct)})"
+            f"{c.lora_reference} (range {cost_range_text(c)})"
         )
     return text + "."
 
