@@ -280,8 +280,12 @@ def test_the_search_range_is_cycle_0s_bracket_widened_by_one_rate_each_way():
 
     # meets at 1, 2, 4; fails at 6 (not over-saturated); over-saturated at 8: from 2 to 8
     assert rng([point(1, 20), point(2, 40), point(4, 80), point(6, 180), point(8, 400, over="x")]) == (0.2, 0.8)
-    # cycle 0 stopped at its first failing rate (over-saturated): that rate is the top
-    assert rng([point(1, 20), point(2, 40), point(4, 90, over="x")]) == (0.1, 0.4)
+    # cycle 0 stopped at its first failing rate (over-saturated): the configured grid's next rate is the top, so a
+    # later cycle whose knee moved above that rate still brackets it; without a grid, or at its end, that rate
+    stopped = [point(1, 20), point(2, 40), point(4, 90, over="x")]
+    assert search_range(sweep_of([stopped]), SLO, [0.1, 0.2, 0.4, 0.7]) == (0.1, 0.7)
+    assert search_range(sweep_of([stopped]), SLO, [0.1, 0.2, 0.4]) == (0.1, 0.4)
+    assert rng(stopped) == (0.1, 0.4)
     # the lowest meeting rate is the grid's first: from 0
     assert rng([point(1, 20), point(2, 140), point(4, 300, over="x")]) == (0.0, 0.4)
     # the lowest rate fails: from 0 to the next rate
@@ -400,8 +404,11 @@ def test_the_later_cycles_bisect_the_bracket_of_cycle_0():
     st, out = _short_sweep(repeats=3, search_steps=3)
     (res,) = out.results
     bracket = search_range(
-        SweepResult.from_json(res.to_json() | {"points": [p.to_json() for p in res.cycle_points(0)]}), st.slo
+        SweepResult.from_json(res.to_json() | {"points": [p.to_json() for p in res.cycle_points(0)]}),
+        st.slo,
+        st.fractions(),
     )
+    assert tuple(res.search_range or ()) == bracket  # the range the sweep recorded
     assert bracket is not None
     lo, hi = bracket
     for cycle in (1, 2):

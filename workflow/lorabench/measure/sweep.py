@@ -16,9 +16,12 @@ run depends on ``search_steps``:
   taking turns step by step (their order rotated from one cycle to the next). The range is cycle 0's bracket
   (its last rate meeting the SLO, its first failing one) widened by one rate of the grid on each side, so that
   a cycle whose capacity moved past cycle 0's still finds it: from the rate below the last meeting one (0 where
-  that is the lowest) to the rate above the first failing one (the first failing one where cycle 0 stopped
-  there). A step that meets the SLO moves the range up, one that fails moves it down, so each cycle places its
-  capacity within the range's width / 2^K, at about the cost of a cycle of the grid. Where every step met the SLO
+  that is the lowest) to the rate above the first failing one, a rate of the configured grid that cycle 0 did not
+  run where it stopped there (over-saturated; the first failing one where the grid ends there). A knee that moves
+  above a failing rate of cycle 0 is common near saturation (8 s windows on the H200: one cycle of six met every
+  step up to the rate cycle 0 found over-saturated), and a range ending there leaves that cycle a bound. A step
+  that meets the SLO moves the range up, one that fails moves it down, so each cycle places its capacity within
+  the range's width / 2^K, at about the cost of a cycle of the grid. Where every step met the SLO
   the cycle runs the range's top once more (every step failed: its bottom, unless 0), so that it brackets
   capacity with its own runs; capacity is then the search cycles' alone (cycle 0 only found the range). Where
   cycle 0 met the SLO at every rate (nothing to bracket) the later cycles run the grid. The steps' fractions
@@ -298,7 +301,8 @@ class _Sweep:
         """Cycles 1.. : the search where ``search_steps`` asks for it and cycle 0 bracketed capacity, else the
         grid: every (mix, rate) cell once each, the order rotated from one cycle to the next."""
         st = self.settings
-        found = {m: search_range(self.results[m], st.slo) for m in mixes} if st.search_steps > 0 else {}
+        grid = st.fractions()
+        found = {m: search_range(self.results[m], st.slo, grid) for m in mixes} if st.search_steps > 0 else {}
         ranges = {m: r for m, r in found.items() if r is not None}
         searched = [m for m in mixes if m in ranges]
         for m in searched:
@@ -343,16 +347,19 @@ class _Sweep:
                 pos += 1
 
 
-def search_range(result: SweepResult, slo: Slo) -> tuple[float, float] | None:
+def search_range(result: SweepResult, slo: Slo, grid: list[float] | None = None) -> tuple[float, float] | None:
     """The fractions of the probe's rate the search bisects after cycle 0 (the module's docstring): cycle 0's
-    bracket widened by one rate of its grid on each side; None where no rate of cycle 0 fails the SLO."""
+    bracket widened by one rate of its grid on each side, above its first failing rate the next of ``grid`` (the
+    configured fractions) where cycle 0 stopped there; None where no rate of cycle 0 fails the SLO."""
     pts = sorted((p for p in result.cycle_points(0) if p.measured), key=lambda p: p.fraction)
     fail = next((i for i, p in enumerate(pts) if p.missed(slo)), None)
     if fail is None:
         return None
     lo = pts[fail - 2].fraction if fail >= 2 else 0.0
-    hi = pts[min(fail + 1, len(pts) - 1)].fraction
-    return lo, hi
+    if fail + 1 < len(pts):
+        return lo, pts[fail + 1].fraction
+    above = [f for f in grid or [] if f > pts[fail].fraction + 1e-9]
+    return lo, min(above) if above else pts[fail].fraction
 
 
 async def sweep_server(
