@@ -141,6 +141,7 @@ def cut(kit: Path, engine: str, data: bytes, part_mb: int) -> int:
         (kit / f"c{i + 1}" / f"{engine}-kit.tar.xz.part{i}").write_bytes(part)
     (kit / "bin" / "KIT.manifest").write_text(
         f"ENGINE {engine}\nNPARTS {len(parts)}\nSHA256 {hashlib.sha256(data).hexdigest()}\nBYTES {len(data)}\n"
+        + "".join(f"PART{i} {hashlib.sha256(part).hexdigest()}\n" for i, part in enumerate(parts))
     )
     return len(parts)
 
@@ -154,6 +155,7 @@ def repart(engine: str, part_mb: int) -> int:
     if hashlib.sha256(data).hexdigest() != manifest["SHA256"]:
         raise SystemExit(f"{kit}: its parts do not join to the manifest's sha256: build it again")
     n = cut(kit, engine, data, part_mb)
+    shutil.copy(KIT / "stage.sh", kit / "bin" / "stage.sh")  # the device side as this checkout has it
     print(f"{kit}: {len(data) / 2**20:.1f} MiB in {n} part(s) of at most {part_mb} MiB")
     return 0
 

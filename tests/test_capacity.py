@@ -173,6 +173,10 @@ def test_sweeps_of_two_machines_are_said_so_and_lora_costs_across_them_marked(st
     assert l4.lora_reference == "off/base" and l4.lora_cost_across_machines
     (row,) = [r for r in capacity_model(study, SERVERS)["mixes"][0]["rows"] if r["server"] == "l4"]
     assert row["lora_cost"].endswith(", the two sweeps on different machines")
+    # and the sizing sentence, which ranks l4 against sweeps of the other machine, says so twice
+    (base, _) = sizing_findings(list(_rows(study).values()), SERVERS, SLO)
+    assert "but the two sweeps ran on different machines, which the intervals do not cover" in base
+    assert base.endswith(", the two sweeps on different machines).")
     assert capacity_model(study[:2], SERVERS)["machines"] == []  # one machine: nothing to say
 
 

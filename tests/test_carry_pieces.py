@@ -68,3 +68,14 @@ def test_size_says_whether_a_transfer_fits(tmp_path):
     assert fits.returncode == 0 and "the project's tree" in fits.stdout and ": fits" in fits.stdout
     over = run("size", tmp_path / "big", "--limit-mib", 1)
     assert over.returncode == 1 and "OVER the limit" in over.stdout and "3.0 MB" in over.stdout
+
+
+def test_size_counts_files_as_the_transfer_packs_them(tmp_path):
+    # a thousand files of one byte are a kilobyte of contents but a megabyte packed (a 512-byte header and a
+    # 512-byte block each): the transfer's limit applies to the packed count
+    many = tmp_path / "many"
+    many.mkdir()
+    for k in range(1000):
+        (many / f"f{k}").write_bytes(b"x")
+    got = run("size", many, "--limit-mib", 64)
+    assert f"{(1000 * 1024 + 512) / 1e6:8.1f} MB  {many}" in got.stdout

@@ -97,6 +97,52 @@ def test_a_kit_recut_joins_to_the_same_bytes(tmp_path: Path, monkeypatch: pytest
         build_kit.repart("vllm", 2)
 
 
+def test_stage_leaves_out_a_part_of_an_earlier_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The device's checkout keeps the kit folders of earlier calls: after a recut, the old cut's c3/ still holds a
+    part named like one of the new cut's. stage.sh stages a part only when its sha256 is the manifest's."""
+    import io
+    import shutil
+    import subprocess
+    import tarfile
+    import uuid
+
+    engine = f"t{uuid.uuid4().hex[:10]}"  # the kit's /tmp folders are named after it: one of this test's own
+    payload = os.urandom(2_500_000)
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w:xz") as tar:
+        for name, data in (("site/blob.bin", payload), ("PINS.txt", b"x==1\n")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    monkeypatch.setattr(build_kit, "ROOT", tmp_path)
+    kit, device = tmp_path / f".kit-{engine}", tmp_path / "device" / f".kit-{engine}"
+    (kit / "bin").mkdir(parents=True)
+    shutil.copy(ROOT / "dev/kit/stage.sh", kit / "bin" / "stage.sh")
+
+    def carry(*folders: str) -> subprocess.CompletedProcess[str]:
+        for f in ("bin", *folders):  # each named folder replaces its copy there; the others stay
+            shutil.rmtree(device / f, ignore_errors=True)
+            shutil.copytree(kit / f, device / f)
+        return subprocess.run(["bash", str(device / "bin" / "stage.sh")], capture_output=True, text=True)
+
+    try:
+        assert build_kit.cut(kit, engine, raw.getvalue(), 1) == 3
+        assert carry("c3").returncode == 3  # the old cut's third part, staged
+        assert build_kit.repart(engine, 2) == 0  # recut: c1 (part0), c2 (part1); the device keeps the old c3
+        got = carry("c1")
+        assert got.returncode == 3 and "KIT PARTIAL: 1 of 2 parts" in got.stdout
+        (device / "c2").mkdir()  # the old cut's c2 as an earlier call left it: part1 of another size
+        (device / "c2" / f"{engine}-kit.tar.xz.part1").write_bytes(b"old")
+        got = carry()
+        assert got.returncode == 3 and f"left out c2/{engine}-kit.tar.xz.part1: a part of another cut" in got.stdout
+        got = carry("c2")
+        assert got.returncode == 0 and "KIT READY" in got.stdout, got.stdout + got.stderr
+        assert Path(f"/tmp/{engine}-site/blob.bin").read_bytes() == payload
+    finally:
+        for d in (f"/tmp/{engine}-kit", f"/tmp/{engine}-site"):
+            shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.mark.skipif(os.environ.get("LORABENCH_REGISTRY") != "1", reason="asks the registry: LORABENCH_REGISTRY=1")
 @pytest.mark.parametrize("path", PINNED, ids=lambda p: p.name)
 def test_every_pin_is_on_the_registry_as_pinned(path: Path):

@@ -4,10 +4,18 @@
 # the sha256 and unpacks the installed tree into /tmp/ENGINE-site (once per machine).
 # Exit 0 = KIT READY, 3 = KIT PARTIAL (carry the next part in the next call, within 30 s), 4 = corrupt, 5 = unpack failed.
 # Then, in the shell that starts the engine:  source .kit-ENGINE/bin/env.sh  (or give dev/device-site.yaml to snakemake)
-set -u; K=$(cd "$(dirname "$0")/.." && pwd)
-E=$(awk '$1=="ENGINE"{print $2}' "$K/bin/KIT.manifest"); N=$(awk '$1=="NPARTS"{print $2}' "$K/bin/KIT.manifest")
-SUM=$(awk '$1=="SHA256"{print $2}' "$K/bin/KIT.manifest"); D=/tmp/$E-kit; SITE=/tmp/$E-site
-mkdir -p "$D"; cp -n "$K"/c*/"$E"-kit.tar.xz.part* "$D"/ 2>/dev/null
+# A part is staged only when its sha256 is the manifest's (PARTi): the device's checkout keeps the folders of earlier
+# calls, so after a recut (build_kit.py --repart) a cN/ of the old cut is still there, with a part of the same name.
+set -u; K=$(cd "$(dirname "$0")/.." && pwd); M="$K/bin/KIT.manifest"
+E=$(awk '$1=="ENGINE"{print $2}' "$M"); N=$(awk '$1=="NPARTS"{print $2}' "$M")
+SUM=$(awk '$1=="SHA256"{print $2}' "$M"); D=/tmp/$E-kit/$(sha256sum < "$M" | cut -c1-12); SITE=/tmp/$E-site
+mkdir -p "$D"
+for f in "$K"/c*/"$E"-kit.tar.xz.part*; do
+  [ -f "$f" ] && [ ! -f "$D/${f##*/}" ] || continue
+  want=$(awk -v k="PART${f##*.part}" '$1==k{print $2}' "$M")
+  if ! grep -q '^PART' "$M" || [ "$(sha256sum < "$f" | cut -c1-64)" = "$want" ]; then cp "$f" "$D/"
+  else echo "left out ${f#"$K"/}: a part of another cut"; fi
+done
 if [ -f "$SITE/.kit-ready" ]; then echo "KIT READY (already installed)"; exit 0; fi
 have=$(ls "$D"/"$E"-kit.tar.xz.part* 2>/dev/null | wc -l)
 if [ "$have" -lt "$N" ]; then echo "KIT PARTIAL: $have of $N parts"; exit 3; fi

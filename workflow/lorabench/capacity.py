@@ -339,14 +339,18 @@ def sizing_finding(mix: str, rows: list[CapacityRow], servers: dict[str, ServerI
             verdict = "the intervals apart"
         else:
             verdict = "the intervals overlap, so the two are not told apart"
+        if best.boot_id and nxt.boot_id and best.boot_id != nxt.boot_id:
+            # each interval covers what moves within its sweep, not what moves between two machines
+            verdict += ", but the two sweeps ran on different machines, which the intervals do not cover"
         figure = f"{nxt.mark}{_num(nxt.capacity_per_s)} ({interval_text(nxt)})"
         text += f"; next {nxt.server} at {figure}, {verdict}"
     costs = [r for r in rows if r.mix == mix and not math.isnan(r.lora_cost_pct)]
     if costs:
         c = max(costs, key=lambda r: r.capacity_per_s)
+        across = ", the two sweeps on different machines" if c.lora_cost_across_machines else ""
         text += (
             f". Enabling LoRA costs {c.server} {c.lora_cost_mark}{_pct(c.lora_cost_pct)} of capacity against "
-            f"{c.lora_reference} (range {cost_range_text(c)})"
+            f"{c.lora_reference} (range {cost_range_text(c)}{across})"
         )
     return text + "."
 

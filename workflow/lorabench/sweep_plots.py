@@ -12,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from .capacity import open_ends  # noqa: E402
 from .measure.sweep import Capacity, Slo, SweepResult  # noqa: E402
 from .plots import _save  # noqa: E402
 
@@ -92,6 +93,11 @@ def capacity_by_config(capacities: list[Capacity], out: Path) -> Path | None:
                 color=f"C{servers.index(c.server) % 10}",
                 hatch="//" if c.censored else None,
             )
+            # an end that is a bound (a censored cycle's figure: ``open_ends``) goes on past its cap: an arrow
+            lo_open, hi_open = open_ends(c)
+            for is_open, x, mark in ((lo_open, c.lo, "<"), (hi_open, c.hi, ">")):
+                if is_open:
+                    ax.plot([x], [y], marker=mark, color="black", markersize=6, clip_on=False)
             ticks.append(y)
             labels.append(f"{mix} · {c.server}")
             y += 1
@@ -102,7 +108,11 @@ def capacity_by_config(capacities: list[Capacity], out: Path) -> Path | None:
     within = ", ".join(
         f"p99 {name} <= {v:g} ms" for name, v in (("TTFT", slo.ttft_p99_ms), ("ITL", slo.itl_p99_ms)) if v is not None
     )
-    ax.set_xlabel("requests/s within the SLO (median over cycles, interval; hatched: a cycle out of range)")
+    ax.set_xlabel(
+        "requests/s within the SLO: median over cycles and its 95 % interval\n"
+        "hatched: a cycle out of the measured rates; an arrow: that end of the interval is a bound",
+        fontsize=8,
+    )
     ax.set_title(f"Capacity at {within}")
     ax.grid(axis="x", alpha=0.3)
     return _save(fig, out)
