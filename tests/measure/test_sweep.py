@@ -439,3 +439,21 @@ def test_plots_of_a_sweep_and_its_capacity(tmp_path):
     assert capacity_by_config(caps, tmp_path / "cap.png") == tmp_path / "cap.png"
     assert (tmp_path / "lat.png").stat().st_size > 1000 and (tmp_path / "cap.png").stat().st_size > 1000
     assert latency_vs_rate([], tmp_path / "none.png") is None and not (tmp_path / "none.png").exists()
+
+
+def test_the_latency_curve_goes_through_the_searchs_rates_too():
+    """Cycle 0 ran the grid (2, 6: over-saturated); the search's cycles ran 3 and 4, twice each: the curve has all
+    four rates, each the median of its runs, and a cross only where most runs at that rate were over-saturated."""
+    from lorabench.sweep_plots import rate_curve
+
+    cycles = [
+        [point(2, 40), point(6, 900, over="x")],
+        [point(3, 100), point(4, 300)],
+        [point(3, 140), point(4, 500, over="x")],
+    ]
+    sweep = SweepResult.from_json(sweep_of(cycles).to_json() | {"fractions": [0.2, 0.6]})
+    curve = rate_curve(sweep, "ttft_ms")
+    assert [c[0] for c in curve] == [2, 3, 4, 6]
+    assert [c[2] for c in curve] == [40, 120, 400, 900]  # p99: the median of the runs at each rate
+    assert [c[1] for c in curve] == [20, 60, 200, 450]  # p50 likewise
+    assert [c[3] for c in curve] == [False, False, False, True]  # 4: one of its two runs over-saturated

@@ -28,11 +28,30 @@ def _median(values: list[float]) -> float:
     return statistics.median(vals) if vals else float("nan")
 
 
+def rate_curve(res: SweepResult, prefix: str) -> list[tuple[float, float, float, bool]]:
+    """(rate, p50, p99, over-saturated) per rate the sweep ran, in rising order: each the median over the runs at
+    that rate, cycle 0's grid and the search's steps alike (the search places its steps on one lattice of the
+    range, so the cycles repeat its rates); over-saturated where more than half of those runs were."""
+    out = []
+    for frac in sorted({p.fraction for p in res.points if p.measured}):
+        pts = [p for p in res.points if p.fraction == frac and p.measured]
+        over = sum(1 for p in pts if p.over_saturated) * 2 > len(pts)
+        out.append(
+            (
+                _median([p.rate_per_s for p in pts]),
+                _median([getattr(p, f"{prefix}_p50") for p in pts]),
+                _median([getattr(p, f"{prefix}_p99") for p in pts]),
+                over,
+            )
+        )
+    return out
+
+
 def latency_vs_rate(results: list[SweepResult], out: Path, metric: str = "ttft", slo: Slo | None = None) -> Path | None:
-    """p50 (dashed) and p99 (solid) of ``metric`` against the offered rate, one colour per server and mix; each
-    point of the grid the median over the cycles at that rate; over-saturated rates (in any cycle) marked with a
-    cross; the search's steps (rates off the grid) one dot each; the SLO's bound on the metric, where it has one,
-    as a grey line."""
+    """p50 (dashed) and p99 (solid) of ``metric`` against the offered rate, one colour per server and mix, through
+    every rate the sweep ran (``rate_curve``: the median over the runs at that rate); rates over-saturated in most
+    of their runs marked with a cross; each run's p99 one faint dot, so the spread between cycles shows; the SLO's
+    bound on the metric, where it has one, as a grey line."""
     title, prefix = METRICS[metric]
     results = [r for r in results if r.points]
     if not results:
@@ -40,32 +59,23 @@ def latency_vs_rate(results: list[SweepResult], out: Path, metric: str = "ttft",
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     for i, res in enumerate(sorted(results, key=lambda r: (r.mix, r.server))):
         colour = f"C{i % 10}"
-        rates, p50, p99, over = [], [], [], []
-        for frac in sorted(res.fractions):
-            pts = [p for p in res.points if p.fraction == frac]
-            rates.append(_median([p.rate_per_s for p in pts]))
-            p50.append(_median([getattr(p, f"{prefix}_p50") for p in pts]))
-            p99.append(_median([getattr(p, f"{prefix}_p99") for p in pts]))
-            over.append(any(p.over_saturated for p in pts))
+        curve = rate_curve(res, prefix)
+        rates = [c[0] for c in curve]
         label = f"{res.server} / {res.mix}"
-        ax.plot(rates, p99, "-o", color=colour, ms=3, label=f"{label} p99")
-        ax.plot(rates, p50, "--", color=colour, alpha=0.7, label=f"{label} p50")
-        xs = [r for r, o in zip(rates, over, strict=True) if o]
-        ys = [v for v, o in zip(p99, over, strict=True) if o]
-        ax.plot(xs, ys, "x", color=colour, ms=9)
-        # the search's steps (later cycles, rates off the grid): their p99 one dot each
-        grid = set(res.fractions)
-        steps = [p for p in res.points if p.fraction not in grid and p.measured]
-        if steps:
-            ax.plot([p.rate_per_s for p in steps], [getattr(p, f"{prefix}_p99") for p in steps], ".", color=colour,
-                    ms=4, alpha=0.6, label=f"{label} p99, search steps")  # fmt: skip
+        ax.plot(rates, [c[2] for c in curve], "-o", color=colour, ms=3, label=f"{label} p99")
+        ax.plot(rates, [c[1] for c in curve], "--", color=colour, alpha=0.7, label=f"{label} p50")
+        over = [c for c in curve if c[3]]
+        ax.plot([c[0] for c in over], [c[2] for c in over], "x", color=colour, ms=9)
+        runs = [p for p in res.points if p.measured]
+        ax.plot([p.rate_per_s for p in runs], [getattr(p, f"{prefix}_p99") for p in runs], ".", color=colour,
+                ms=3, alpha=0.35, label=f"{label} p99, each run")  # fmt: skip
     bound = {"ttft": slo.ttft_p99_ms, "itl": slo.itl_p99_ms}.get(metric) if slo else None
     if bound:
         ax.axhline(bound, color="grey", lw=1, ls=":", label=f"SLO p99 {bound:g} ms")
     ax.set_yscale("log")
     ax.set_xlabel("offered rate (requests/s, Poisson)")
     ax.set_ylabel(f"{title} (ms)")
-    ax.set_title(f"{title} against rate (median over the cycles at a rate; x: over-saturated)")
+    ax.set_title(f"{title} against rate (median of the runs at a rate; x: over-saturated)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return _save(fig, out)
