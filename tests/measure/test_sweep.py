@@ -330,6 +330,17 @@ def test_settings_written_before_the_search_read_back_as_the_grid():
         SweepSettings.from_json(data | {"steps": 3})
 
 
+def test_a_window_holds_at_least_min_window_requests_arrivals_due():
+    st = settings(duration_s=8.0, min_window_requests=50)
+    assert st.phases_at(2.0).duration_s == 25.0  # 8 s at 2 req/s would hold 16 arrivals due
+    assert st.phases_at(10.0).duration_s == 8.0  # 80 due in 8 s: duration_s stands
+    assert st.phases_at(2.0).warmup_s == st.warmup_s and st.phases_at(2.0).drain_s == st.drain_s
+    assert settings(duration_s=8.0).phases_at(2.0).duration_s == 8.0  # off by default
+    # recorded only where it is on: sweeps written before the key existed read as swept with today's settings
+    assert "min_window_requests" not in settings().to_json()
+    assert SweepSettings.from_json(st.to_json()) == st and SweepSettings.from_json(settings().to_json()) == settings()
+
+
 def test_settings_written_before_the_ttft_test_read_back_without_it():
     data = settings().to_json()
     assert data["over_saturation"]["ttft_growth_alpha"] == 1.0
@@ -394,6 +405,19 @@ def test_short_sweep_against_a_server_with_slots():
         assert c.last_meeting_per_s <= c.capacity_per_s < c.first_failing_per_s
     assert res.rates[0] <= cap.capacity_per_s < res.rates[-1]
     assert {r["mix"] for r in out.records} == {"ab"} and any(r["in_window"] for r in out.records)
+
+
+@pytest.mark.integration
+def test_a_low_rate_run_lengthens_its_window_to_hold_min_window_requests():
+    """The same server: its 10 % rate (about 10 requests/s) would have 6 arrivals due in a 0.6 s window; with
+    min_window_requests 20 that run's window is 20 / rate long, and holds about that many requests."""
+    st, out = _short_sweep(repeats=1, min_window_requests=20)
+    (res,) = out.results
+    low, high = res.cycle_points(0)[0], res.cycle_points(0)[-1]
+    assert low.duration_s == pytest.approx(20 / low.rate_per_s) and low.duration_s > st.duration_s
+    assert low.n_window >= 10  # Poisson around 20
+    assert high.duration_s == max(st.duration_s, 20 / high.rate_per_s)
+    assert out.results[0].settings["min_window_requests"] == 20
 
 
 @pytest.mark.integration

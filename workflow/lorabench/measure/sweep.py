@@ -108,6 +108,7 @@ class SweepSettings:
     seed: int
     request_timeout_s: float
     search_steps: int = 0
+    min_window_requests: int = 0  # a run's window is long enough for this many arrivals due at its rate (0: off)
 
     @classmethod
     def from_config(cls, section: dict[str, Any], seed: int, request_timeout_s: float) -> SweepSettings:
@@ -133,11 +134,19 @@ class SweepSettings:
             seed=int(seed),
             request_timeout_s=float(request_timeout_s),
             search_steps=int(section["search_steps"]),
+            min_window_requests=int(section.get("min_window_requests", 0)),
         )
 
     @property
     def phases(self) -> Phases:
         return Phases(self.warmup_s, self.duration_s, self.drain_s)
+
+    def phases_at(self, rate_per_s: float) -> Phases:
+        """A run's phases at ``rate_per_s``: the window ``duration_s`` long, or longer where that many seconds
+        would hold fewer than ``min_window_requests`` arrivals due (its p99 would be about its slowest request)."""
+        if self.min_window_requests <= 0 or not rate_per_s > 0:
+            return self.phases
+        return Phases(self.warmup_s, max(self.duration_s, self.min_window_requests / rate_per_s), self.drain_s)
 
     def fractions(self) -> list[float]:
         """Fractions of the probe's rate, ascending: ``points`` from 0.1 to 1.0, then on in the same steps up to
@@ -155,6 +164,9 @@ class SweepSettings:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["slo"] = self.slo.to_json()
+        if not self.min_window_requests:
+            # off: left out, so that sweeps recorded before the key existed read as swept with these settings
+            del d["min_window_requests"]
         return d
 
     @classmethod
@@ -262,10 +274,11 @@ class _Sweep:
         the sweep, for the log)."""
         st = self.settings
         rate = fraction * self.results[mix].max_rate_per_s
-        schedule = poisson_schedule(rate, st.phases.total_s, f"{st.seed}/{mix}/{cycle}")
+        phases = st.phases_at(rate)
+        schedule = poisson_schedule(rate, phases.total_s, f"{st.seed}/{mix}/{cycle}")
         reqs = self.source(mix, len(schedule), f"c{cycle}", f"c{cycle}/f{fraction:g}")
         with quiet_gc(self.gc_mode):
-            run = await run_poisson(self.session, self.base_url, reqs, schedule, st.phases, st.request_timeout_s,
+            run = await run_poisson(self.session, self.base_url, reqs, schedule, phases, st.request_timeout_s,
                                     st.max_send_lag_ms / 1000, st.max_in_flight, rate_per_s=rate)  # fmt: skip
         point = RatePoint.of_run(run, server=self.server, mix=mix, cycle=cycle, position=position, fraction=fraction,
                                  slo=st.slo, over=st.over_saturation)  # fmt: skip
