@@ -11,12 +11,12 @@ A/A interval leaves 0 out.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
+from lorabench.io import read_json  # noqa: E402
 from lorabench.stats import paired_ratios, ratio_span  # noqa: E402
 
 
@@ -44,7 +44,7 @@ def aa_pairs(summary: dict) -> list[dict]:
 
 
 def report(folder: Path) -> tuple[list[str], bool]:
-    summary = json.loads((folder / "summary" / "summary.json").read_text())
+    summary = read_json(folder / "summary" / "summary.json")  # or summary.json.gz, as studies/ keep it
     aa = aa_pairs(summary)
     lines = [f"{folder}:"]
     ok = True

@@ -10,7 +10,6 @@ usage: .venv/bin/python benchmarks/compare_runs.py RUN1/summary.csv RUN2/summary
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
+from lorabench.io import read_json  # noqa: E402
 from lorabench.stats import ratio_span  # noqa: E402
 
 
@@ -59,16 +59,17 @@ def main(a_path: str, b_path: str) -> int:
 
 def _comparisons_file(summary_csv: Path) -> Path:
     full = summary_csv.with_name("summary.json")
-    return full if full.exists() else summary_csv.with_name("comparisons.json")
+    packed = full.with_name("summary.json.gz")  # as published studies keep it (read_json reads either)
+    return full if full.exists() or packed.exists() else summary_csv.with_name("comparisons.json")
 
 
 def paired(a_json: Path, b_json: Path) -> bool:
     """The comparisons within each server of two runs (summary.json ``comparisons``): agree where spans overlap."""
-    if not a_json.exists() or not b_json.exists():
+    if not all(p.exists() or p.with_name(p.name + ".gz").exists() for p in (a_json, b_json)):
         return True
     key = lambda c: (c["server"], c["condition"], c["reference"], c["burst"])  # noqa: E731
-    a = {key(c): c for c in json.loads(a_json.read_text()).get("comparisons") or []}
-    b = {key(c): c for c in json.loads(b_json.read_text()).get("comparisons") or []}
+    a = {key(c): c for c in read_json(a_json).get("comparisons") or []}
+    b = {key(c): c for c in read_json(b_json).get("comparisons") or []}
     common = sorted(set(a) & set(b))
     if not common:
         return True

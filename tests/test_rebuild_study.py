@@ -90,9 +90,13 @@ def test_rebuild_runs_the_report_rules_and_lists_unmeasured_servers(tmp_path: Pa
     assert sorted(p.name for p in out.iterdir()) == [
         "adapters", "claims", "envs", "model", "report", "runtime_load", "servers", "summary"
     ]  # fmt: skip
+    # the two large tables gzipped (reproducibly: no time in the header), the two small ones as they are
     assert sorted(p.name for p in (out / "summary").iterdir()) == [
-        "measurements.csv", "server_facts.csv", "summary.csv", "summary.json"
+        "measurements.csv.gz", "server_facts.csv", "summary.csv", "summary.json.gz"
     ]  # fmt: skip
+    assert summary == read_json(out / "summary" / "summary.json") and (
+        out / "summary" / "summary.json.gz"
+    ).read_bytes()[4:8] == bytes(4)
 
 
 def test_rebuild_stages_rate_sweeps_and_publishes_the_capacity_tables(tmp_path: Path):

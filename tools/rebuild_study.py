@@ -50,6 +50,9 @@ SIDE_JOBS = (
 # Outputs of the rate_sweep rule (workflow/rules/sweep.smk).
 SWEEP_OUTPUTS = ("sweep.json", "records.jsonl", "facts.json", "server.log")
 SUMMARY_FILES = ("measurements.csv", "summary.csv", "server_facts.csv", "summary.json")
+# published gzipped (NAME.gz): the largest files of a study (h200-1.7b's summary.json is 6.9 MB, a tenth packed),
+# and the tree travels whole with every call to a lent GPU
+PACKED = ("measurements.csv", "summary.json")
 # Restored outputs carry no Snakemake metadata: without mtime they are kept (as in tools/device_stretch.sh).
 TRIGGERS = ("params", "input", "code", "software-env")
 UPSTREAM_RULES = ("model_build", "adapter_build", "engine_env")  # stood in for: a rebuild never runs them
@@ -211,7 +214,12 @@ def publish(cfg: dict, res: Path, built: Path, out: Path) -> None:
     for sub, names in (("summary", SUMMARY_FILES), ("claims", ("verdicts.json",))):
         (out / sub).mkdir(parents=True, exist_ok=True)
         for name in names:
-            shutil.copy(built / sub / name, out / sub / name)
+            if name in PACKED:  # gzipped (read_json reads either); a plain copy of an earlier publish goes
+                with gzip.GzipFile(out / sub / f"{name}.gz", "wb", mtime=0) as dst:
+                    dst.write((built / sub / name).read_bytes())
+                (out / sub / name).unlink(missing_ok=True)
+            else:
+                shutil.copy(built / sub / name, out / sub / name)
     (out / "report").mkdir(parents=True, exist_ok=True)
     for f in sorted((built / "report").iterdir()):
         if f.is_file():
@@ -235,7 +243,7 @@ def publish(cfg: dict, res: Path, built: Path, out: Path) -> None:
             shutil.copy(built / "rate_sweep" / s / f, out / "rate_sweep" / s / f)
     if rate_sweep_mixes(cfg):
         shutil.rmtree(out / "capacity", ignore_errors=True)
-        shutil.copytree(built / "capacity", out / "capacity")
+        shutil.copytree(built / "capacity", out / "capacity", ignore=shutil.ignore_patterns(".snakemake_timestamp"))
     for sub in ("envs", "adapters", "model"):
         (out / sub).mkdir(parents=True, exist_ok=True)
         for f in (res / sub).glob("*.json"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import logging
@@ -66,6 +67,12 @@ def write_json(path: str | Path, obj: Any) -> None:
 
 
 def read_json(path: str | Path) -> Any:
+    """A JSON file; where only its gzipped copy ``NAME.gz`` exists (a published study keeps its large tables
+    compressed, tools/rebuild_study.py), that copy."""
+    packed = Path(f"{path}.gz")
+    if not os.path.exists(path) and packed.exists():
+        with gzip.open(packed, "rt") as f:
+            return json.load(f)
     with open(path) as f:
         return json.load(f)
 
