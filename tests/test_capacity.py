@@ -14,6 +14,7 @@ import pytest
 from lorabench.capacity import ServerInfo, SweepFile, capacity_model, capacity_rows, mark_of, sizing_findings
 from lorabench.io import write_json
 from lorabench.measure.sweep import Capacity, RatePoint, SweepResult
+from lorabench.report_model import capacity_findings
 
 from .conftest import ROOT
 from .measure.test_sweep import SLO, dataclass_with, point
@@ -146,6 +147,18 @@ def test_the_model_renders_through_the_include_with_its_plots(study, tmp_path):
     assert 'id="capacity-base-l2"' in html and "&gt;=6.00" in html and 'src="capacity/capacity.png"' in html
     assert "For mix base, off" in html and "not run: needs a GPU" in html
     assert env.get_template("sections/capacity.html.j2").render().strip() == ""  # no sweep configured: nothing
+
+
+def test_the_sizing_answer_heads_the_reports_findings_with_the_servers_not_measured(study):
+    model = capacity_model(study, SERVERS, {"z": {"adapters": ["a", "b"], "assignment": "zipf"}})
+    base, z = capacity_findings(model)
+    assert (
+        base["question"]
+        == "which configuration serves the most within p99 TTFT <= 100 ms and p99 ITL <= 20 ms, mix base?"
+    )
+    assert base["answer"].startswith("For mix base, off (vllm, LoRA off) serves the most")
+    assert base["answer"].endswith(" Not measured: sg-off.") and z["answer"].endswith(" Not measured: sg-off.")
+    assert capacity_findings(None) == [] and capacity_findings({"mixes": []}) == []
 
 
 def test_sweeps_of_two_machines_are_said_so_and_lora_costs_across_them_marked(study, tmp_path):

@@ -215,6 +215,7 @@ def build(inputs: ReportInputs, out_dir: Path, checkout: Path, hardware_path: st
             config=config,
             links=finding_links(verdicts["claims"]),
             claim_engines=claim_engines(verdicts["claims"]),
+            capacity=inputs.capacity,
         ),
         cost={
             "rows": rows,
@@ -609,6 +610,21 @@ def _side_findings(
     ]  # fmt: skip
 
 
+def capacity_findings(capacity: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The sizing answer of the rate sweeps (capacity.capacity_model), one per adapter mix, naming the swept
+    servers that did not run, so that a table of fewer servers does not read as the whole answer."""
+    if not capacity or not capacity.get("mixes"):
+        return []
+    missing = sorted({line.split(":", 1)[0] for line in capacity.get("not_run") or []})
+    tail = f" Not measured: {', '.join(missing)}." if missing else ""
+    within = (capacity.get("slo") or {}).get("text", "the latency target")
+    return [
+        {"key": "capacity", "question": f"which configuration serves the most within {within}, mix {m['mix']}?",
+         "answer": m["finding"] + tail}
+        for m in capacity["mixes"]
+    ]  # fmt: skip
+
+
 def findings(
     rows: list[dict[str, Any]],
     runtime: list[dict[str, Any]],
@@ -619,6 +635,7 @@ def findings(
     config: dict[str, Any] | None = None,
     links: dict[str, list[str]] | None = None,
     claim_engines: dict[str, str | None] | None = None,
+    capacity: dict[str, Any] | None = None,
 ) -> list[dict]:
     """What the run answers, first: the cost of enabling LoRA, of one adapter, of too few slots, of runtime
     loading, and the engine comparison. Each answer names the rows it comes from and says whether the difference
@@ -665,6 +682,7 @@ def findings(
     out: list[dict[str, Any]] = [f for f in found if f]
     out += _side_findings(runtime, "runtime", "how fast is loading an adapter at run time?", _runtime_answer)
     out += _side_findings(prefix or [], "prefix", "is the prefix cache kept separate per adapter?", _prefix_answer)
+    out += capacity_findings(capacity)
     if comparison:
         diffs = [c for c in comparison if _beyond(c["ratio_lo_pct"], c["ratio_hi_pct"])]
         c0 = comparison[0]
