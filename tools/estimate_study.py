@@ -324,6 +324,8 @@ def sweeping(job: ServerJob, t: Timings, settings: SweepSettings, mixes: int) ->
         lo = start + stop + mixes * run_s * (1 + settings.points * settings.repeats)
         hi = start_hi + stop + mixes * run_s * (1 + grid * settings.repeats)
         what = f"{mixes} mixes x {settings.repeats} cycles of {settings.points}-{grid} runs of {run_s:.0f} s"
+    if settings.min_window_requests:  # the rates are the probe's, unknown here: a low-rate window runs longer
+        what += f"; more where a window needs {settings.min_window_requests} requests (min_window_requests)"
     return Estimate(job.server_id + "-sweep", job.server.engine, what, lo, hi, m1)
 
 
