@@ -17,7 +17,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
-from lorabench.io import read_json  # noqa: E402
+from lorabench.io import has_json, read_json  # noqa: E402
 from lorabench.stats import ratio_span  # noqa: E402
 
 
@@ -58,14 +58,13 @@ def main(a_path: str, b_path: str) -> int:
 
 
 def _comparisons_file(summary_csv: Path) -> Path:
-    full = summary_csv.with_name("summary.json")
-    packed = full.with_name("summary.json.gz")  # as published studies keep it (read_json reads either)
-    return full if full.exists() or packed.exists() else summary_csv.with_name("comparisons.json")
+    full = summary_csv.with_name("summary.json")  # or summary.json.gz, as published studies keep it
+    return full if has_json(full) else summary_csv.with_name("comparisons.json")
 
 
 def paired(a_json: Path, b_json: Path) -> bool:
     """The comparisons within each server of two runs (summary.json ``comparisons``): agree where spans overlap."""
-    if not all(p.exists() or p.with_name(p.name + ".gz").exists() for p in (a_json, b_json)):
+    if not (has_json(a_json) and has_json(b_json)):
         return True
     key = lambda c: (c["server"], c["condition"], c["reference"], c["burst"])  # noqa: E731
     a = {key(c): c for c in read_json(a_json).get("comparisons") or []}

@@ -66,12 +66,16 @@ def write_json(path: str | Path, obj: Any) -> None:
     write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def has_json(path: str | Path) -> bool:
+    """Whether ``read_json`` finds the file: itself or its gzipped copy."""
+    return os.path.exists(path) or os.path.exists(f"{path}.gz")
+
+
 def read_json(path: str | Path) -> Any:
     """A JSON file; where only its gzipped copy ``NAME.gz`` exists (a published study keeps its large tables
     compressed, tools/rebuild_study.py), that copy."""
-    packed = Path(f"{path}.gz")
-    if not os.path.exists(path) and packed.exists():
-        with gzip.open(packed, "rt") as f:
+    if not os.path.exists(path) and has_json(path):
+        with gzip.open(f"{path}.gz", "rt") as f:
             return json.load(f)
     with open(path) as f:
         return json.load(f)
