@@ -11,8 +11,6 @@ usage: .venv/bin/python benchmarks/capacity_table.py CONFIG SWEEP_JSON [...] [--
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import statistics
 import sys
 from collections import defaultdict
@@ -22,17 +20,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
 from lorabench.capacity import ServerInfo, SweepFile, capacity_model  # noqa: E402
 from lorabench.config import load_file  # noqa: E402
+from lorabench.io import read_jsonl, stored  # noqa: E402
 from lorabench.measure.sweep import Capacity  # noqa: E402
 
 
 def _records(sweep_json: Path) -> list[dict]:
-    for name in ("records.jsonl", "records.jsonl.gz"):
-        path = sweep_json.parent / name
-        if path.exists():
-            opener = gzip.open if name.endswith(".gz") else open
-            with opener(path, "rt") as fh:
-                return [json.loads(line) for line in fh if line.strip()]
-    return []
+    path = sweep_json.parent / "records.jsonl"  # or records.jsonl.gz, as a study keeps it
+    return list(read_jsonl(path)) if stored(path).exists() else []
 
 
 def by_adapter(sweep_json: Path) -> list[str]:

@@ -19,11 +19,11 @@ A slow spell of the host that outlasts the gap between two paired measurements s
 ratio; one that lasts a single measurement does not. No server runs: it is arithmetic on measurements.jsonl.
 
 usage: .venv/bin/python benchmarks/paired_ratios.py SERVER_DIR/measurements.jsonl [...]
+       (a study keeps it as measurements.jsonl.gz: either name reads it)
 """
 
 from __future__ import annotations
 
-import json
 import random
 import statistics
 import sys
@@ -32,14 +32,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
+from lorabench.io import read_jsonl  # noqa: E402
 from lorabench.stats import MedianInterval, by_time, paired_ratios  # noqa: E402
 
 
 def cells(path: Path) -> dict[tuple[str, int], list[tuple[int, int, float]]]:
     """Per (condition, burst): (server start, order, throughput) of each measurement without errors."""
     out: dict[tuple[str, int], list[tuple[int, int, float]]] = {}
-    for line in path.read_text().splitlines():
-        r = json.loads(line) if line.strip() else None
+    for r in read_jsonl(path):
         if r and not r.get("warmup") and not r.get("n_errors"):
             point = (int(r.get("server_start") or 0), int(r["order"]), float(r["throughput_tok_s"]))
             out.setdefault((r["condition"], int(r["burst"])), []).append(point)

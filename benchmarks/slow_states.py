@@ -8,15 +8,19 @@ busiest thread's CPU was recorded, how far measurements stray on each CPU it ran
 it changed CPU stray further. No server runs: it is arithmetic on measurements.jsonl.
 
 usage: .venv/bin/python benchmarks/slow_states.py SERVER_DIR/measurements.jsonl [...]
+       (a study keeps it as measurements.jsonl.gz: either name reads it)
 """
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
+
+from lorabench.io import read_jsonl  # noqa: E402
 
 FIELDS = (
     "gpu_sm_mhz_mean",
@@ -49,7 +53,7 @@ def _autocorr(xs: list[float], lag: int) -> float:
 
 
 def report(path: Path) -> list[str]:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = list(read_jsonl(path))
     ms = sorted((r for r in rows if not r.get("warmup") and not r.get("n_errors")), key=lambda r: r["order"])
     if len(ms) < 4:
         return [f"{path}: {len(ms)} measurements, too few"]

@@ -8,24 +8,24 @@ measurement land in both halves. The split intervals are therefore optimistic; t
 with more, shorter measurements (shuffled like the rest) would go, not its exact figures.
 
 usage: .venv/bin/python benchmarks/split_measurements.py SERVER_DIR/measurements.jsonl [...]
+       (a study keeps it as measurements.jsonl.gz: either name reads it)
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
+from lorabench.io import read_jsonl  # noqa: E402
 from lorabench.stats import MedianInterval  # noqa: E402
 
 
 def cells(path: Path) -> dict[tuple[str, str, int], list[dict]]:
     out: dict[tuple[str, str, int], list[dict]] = {}
-    for line in path.read_text().splitlines():
-        r = json.loads(line)
+    for r in read_jsonl(path):
         if not r.get("warmup") and not r.get("n_errors"):
             out.setdefault((r["server"], r["condition"], r["burst"]), []).append(r)
     return out

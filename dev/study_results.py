@@ -1,9 +1,10 @@
 """Keep a study's finished server jobs under studies/ and put them back, so a study that needs several stretches
 of machine time runs each server job once.
 
-  python dev/study_results.py save RESULTS STUDY_DIR      finished jobs of RESULTS/servers, runtime_load and
-                                                            prefix_cache into STUDY_DIR (per-request records
-                                                            compressed)
+  python dev/study_results.py save RESULTS STUDY_DIR      finished jobs of RESULTS/servers, runtime_load,
+                                                            prefix_cache and rate_sweep into STUDY_DIR (the
+                                                            measurements, metrics, server logs and per-request
+                                                            records gzipped)
   python dev/study_results.py restore STUDY_DIR RESULTS [CONFIG]
                                                             the saved jobs back into RESULTS, as Snakemake's outputs;
                                                             with CONFIG, only jobs measured with that config's
@@ -24,7 +25,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 from estimate_study import JOBS, stale, stale_load, why_stale  # noqa: E402, F401  (the saved-job format lives there)
+
+from lorabench.io import open_stored, stored  # noqa: E402
 
 DIGITS = {"itl_s": 4, "start_s": 6, "end_s": 6, "ttft_s": 6, "latency_s": 6, "wall_start": 3}
 
@@ -40,6 +44,11 @@ def _compact(line: str) -> str:
         elif isinstance(v, float) and v == v:
             r[k] = round(v, d)
     return json.dumps(r, separators=(",", ":"), sort_keys=True) + "\n"
+
+
+def _gz(path: Path) -> gzip.GzipFile:
+    """A gzip file to write, with no time in its header: a job saved again gives the same bytes."""
+    return gzip.GzipFile(path, "wb", compresslevel=9, mtime=0)
 
 
 def _finished(d: Path, plain: tuple[str, ...], records: str, facts: str) -> bool:
@@ -59,12 +68,14 @@ def save(results: Path, study: Path) -> list[str]:
             for f in plain:
                 shutil.copy2(d / f, dst / f)
             for f in packed:
-                with open(d / f, "rb") as src, gzip.open(dst / (f + ".gz"), "wb", compresslevel=9) as out:
+                with open(d / f, "rb") as src, _gz(dst / (f + ".gz")) as out:
                     shutil.copyfileobj(src, out)
-            with open(d / records) as src, gzip.open(dst / (records + ".gz"), "wt", compresslevel=9) as gz:
+            with open(d / records) as src, _gz(dst / (records + ".gz")) as gz:
                 for line in src:
                     if line.strip():
-                        gz.write(_compact(line))
+                        gz.write(_compact(line).encode())
+            for f in (*packed, records):
+                (dst / f).unlink(missing_ok=True)  # a plain copy saved before would be read instead of NAME.gz
             saved.append(f"{kind}/{d.name}")
     return saved
 
@@ -74,7 +85,7 @@ def restore(study: Path, results: Path, config: dict | None = None) -> list[str]
     for kind, (plain, packed, records, facts_name) in JOBS.items():
         for d in sorted((study / kind).glob("*")):
             gz = [records, *packed]
-            if not all((d / f).exists() for f in plain) or not all((d / (f + ".gz")).exists() for f in gz):
+            if not all((d / f).exists() for f in plain) or not all(stored(d / f).exists() for f in gz):
                 continue
             saved = json.loads((d / facts_name).read_text())
             why = why_stale(kind, saved, config)
@@ -85,8 +96,8 @@ def restore(study: Path, results: Path, config: dict | None = None) -> list[str]
             dst.mkdir(parents=True, exist_ok=True)
             for f in plain:
                 shutil.copy2(d / f, dst / f)
-            for f in gz:
-                with gzip.open(d / (f + ".gz"), "rb") as src, open(dst / f, "wb") as out:
+            for f in gz:  # NAME.gz as saved, or NAME where a job was saved before it was kept gzipped
+                with open_stored(d / f, "rb") as src, open(dst / f, "wb") as out:
                     shutil.copyfileobj(src, out)
             restored.append(f"{kind}/{d.name}")
     return restored
@@ -98,7 +109,6 @@ def main(argv: list[str]) -> None:
     verb, a, b = argv[0], Path(argv[1]), Path(argv[2])
     config = None
     if len(argv) == 4:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
         from lorabench.config import load_file
 
         config = load_file(argv[3])

@@ -15,7 +15,7 @@ import lorabench.session as session_module
 from lorabench.engines import ServerSettings, ServerSpec
 from lorabench.engines import base as engines_base
 from lorabench.engines.vllm import VLLM
-from lorabench.io import read_json, read_jsonl, write_json
+from lorabench.io import open_stored, read_json, read_jsonl, write_json
 from lorabench.job import JobInputs, PrefixCache, RuntimeLoad, ServerJob
 from lorabench.jobs import JobKind, run_job
 from lorabench.loadtest import LoadTest
@@ -196,8 +196,13 @@ def test_kind_params_round_trip():
         PrefixCaching.from_json(RuntimeLoading(RuntimeLoad(adapter="c")).to_json())
 
 
-COMMITTED = [
-    p for p in sorted((ROOT / "studies").glob("*/servers/*/measurements.jsonl")) if BURST_SCHEMA in p.read_text()
+def _text(path: Path) -> str:
+    with open_stored(path) as f:
+        return f.read()
+
+
+COMMITTED = [  # measurements.jsonl.gz as studies keep them (a plain one read the same)
+    p for p in sorted((ROOT / "studies").glob("*/servers/*/measurements.jsonl*")) if BURST_SCHEMA in _text(p)
 ]
 
 

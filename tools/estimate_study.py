@@ -30,8 +30,6 @@ usage: .venv/bin/python tools/estimate_study.py CONFIG [--from STUDY_DIR ...] [-
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import math
 import statistics
 import sys
@@ -43,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
 from lorabench.config import load_file, prefix_cache_servers, rate_sweep_mixes, runtime_load_servers  # noqa: E402
-from lorabench.io import read_json  # noqa: E402
+from lorabench.io import read_json, read_jsonl, stored  # noqa: E402
 from lorabench.job import ServerJob, server_job  # noqa: E402
 from lorabench.loadgen.traffic import WorkloadError, workload_of, workload_specs  # noqa: E402
 from lorabench.measure.cycles import cycle_cells  # noqa: E402
@@ -51,7 +49,7 @@ from lorabench.measure.sweep import SweepSettings  # noqa: E402
 
 # Per job kind: files kept as they are, files kept compressed (.gz), the per-request records, the facts file.
 JOBS = {
-    "servers": (("facts.json", "measurements.jsonl"), ("metrics.jsonl", "server.log"), "records.jsonl", "facts.json"),
+    "servers": (("facts.json",), ("measurements.jsonl", "metrics.jsonl", "server.log"), "records.jsonl", "facts.json"),
     "runtime_load": (("load.json",), ("server.log",), "records.jsonl", "load.json"),
     "prefix_cache": (("prefix.json",), ("server.log",), "records.jsonl", "prefix.json"),
     "rate_sweep": (("sweep.json", "facts.json"), ("server.log",), "records.jsonl", "sweep.json"),
@@ -172,14 +170,12 @@ class Timings:
 
 def _records_span_s(path: Path) -> float | None:
     """Wall time from a side job's first request to its last (records.jsonl[.gz])."""
-    for p in (path, path.with_name(path.name + ".gz")):
-        if p.exists():
-            text = gzip.open(p, "rt").read() if p.suffix == ".gz" else p.read_text()
-            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-            starts = [r["wall_start"] for r in rows if "wall_start" in r]
-            ends = [r["wall_start"] + r.get("latency_s", 0.0) for r in rows if "wall_start" in r]
-            return max(ends) - min(starts) if starts else None
-    return None
+    if not stored(path).exists():
+        return None
+    rows = list(read_jsonl(path))
+    starts = [r["wall_start"] for r in rows if "wall_start" in r]
+    ends = [r["wall_start"] + r.get("latency_s", 0.0) for r in rows if "wall_start" in r]
+    return max(ends) - min(starts) if starts else None
 
 
 def calibrate(study_dirs: list[Path]) -> dict[str, Timings]:
@@ -191,7 +187,7 @@ def calibrate(study_dirs: list[Path]) -> dict[str, Timings]:
             timing = facts.get("timing") or {}
             if facts.get("status") != "ok" or not timing.get("measuring_s"):
                 continue
-            rows = [json.loads(x) for x in (facts_path.parent / "measurements.jsonl").read_text().splitlines() if x]
+            rows = list(read_jsonl(facts_path.parent / "measurements.jsonl"))  # kept as measurements.jsonl.gz
             measured = [r for r in rows if not r.get("warmup")]
             if not measured:
                 continue

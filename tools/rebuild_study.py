@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "workflow"))
 
 from lorabench.config import load_file, prefix_cache_servers, rate_sweep_mixes, runtime_load_servers  # noqa: E402
 from lorabench.engines import get_engine  # noqa: E402
-from lorabench.io import read_json, write_json, write_jsonl  # noqa: E402
+from lorabench.io import open_stored, read_json, stored, write_json, write_jsonl  # noqa: E402
 from lorabench.job import server_job  # noqa: E402
 from lorabench.jobs import write_not_run  # noqa: E402
 from lorabench.rate_sweep import RateSweep  # noqa: E402
@@ -149,14 +149,11 @@ def stage(cfg: dict, res: Path, work: Path) -> None:
     shutil.copy2(_need(res / "model" / "manifest.json"), work / "model" / "manifest.json")
     # the request set, where the study keeps it (a long-prompt workload needs the model's tokenizer to be made
     # again, and the weights stay behind): as measured, or gzipped
-    requests, packed = res / "workload" / "requests.json", res / "workload" / "requests.json.gz"
-    if requests.exists() or packed.exists():
+    requests = res / "workload" / "requests.json"
+    if stored(requests).exists():
         (work / "workload").mkdir(parents=True, exist_ok=True)
-        if requests.exists():
-            shutil.copy2(requests, work / "workload" / "requests.json")
-        else:
-            with gzip.open(packed, "rb") as src:
-                (work / "workload" / "requests.json").write_bytes(src.read())
+        with open_stored(requests, "rb") as src:
+            (work / "workload" / "requests.json").write_bytes(src.read())
 
 
 def fresh(results: Path) -> None:
@@ -228,8 +225,10 @@ def publish(cfg: dict, res: Path, built: Path, out: Path) -> None:
         facts = built / "servers" / s / "facts.json"
         (out / "servers" / s).mkdir(parents=True, exist_ok=True)
         shutil.copy(facts, out / "servers" / s / "facts.json")
-        if read_json(facts).get("status") == NOT_MEASURED:
-            write_jsonl(out / "servers" / s / "measurements.jsonl", [])
+        if read_json(facts).get("status") == NOT_MEASURED:  # its measurements: none, kept as a saved job's are
+            with gzip.GzipFile(out / "servers" / s / "measurements.jsonl.gz", "wb", mtime=0):
+                pass
+            (out / "servers" / s / "measurements.jsonl").unlink(missing_ok=True)
     # load.json with the figures the summary recomputed from its cycles; prefix.json as the job wrote it
     summary = read_json(built / "summary" / "summary.json")
     for s, load in zip(runtime_load_servers(cfg), summary["runtime"], strict=True):

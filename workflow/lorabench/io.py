@@ -11,7 +11,7 @@ import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
@@ -66,18 +66,31 @@ def write_json(path: str | Path, obj: Any) -> None:
     write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def stored(path: str | Path) -> Path:
+    """Where a file is kept: the file itself, else its gzipped copy ``NAME.gz`` where only that exists (a published
+    study keeps its large files compressed: tools/rebuild_study.py, dev/study_results.py save)."""
+    path = Path(path)
+    packed = path.with_name(path.name + ".gz")
+    return packed if not path.exists() and packed.exists() else path
+
+
+def open_stored(path: str | Path, mode: str = "rt") -> IO[Any]:
+    """A file opened for reading (``mode`` "rt" or "rb") where ``stored`` finds it, a ``.gz`` decompressed: the one
+    way every reader of a study's files takes, so that each reads a file kept plain or gzipped alike."""
+    found = stored(path)
+    if found.suffix == ".gz":
+        return cast(IO[Any], gzip.open(found, mode))
+    return open(found, mode)  # noqa: SIM115 - the caller closes it
+
+
 def has_json(path: str | Path) -> bool:
     """Whether ``read_json`` finds the file: itself or its gzipped copy."""
-    return os.path.exists(path) or os.path.exists(f"{path}.gz")
+    return stored(path).exists()
 
 
 def read_json(path: str | Path) -> Any:
-    """A JSON file; where only its gzipped copy ``NAME.gz`` exists (a published study keeps its large tables
-    compressed, tools/rebuild_study.py), that copy."""
-    if not os.path.exists(path) and has_json(path):
-        with gzip.open(f"{path}.gz", "rt") as f:
-            return json.load(f)
-    with open(path) as f:
+    """A JSON file, or its gzipped copy ``NAME.gz`` where only that exists (``open_stored``)."""
+    with open_stored(path) as f:
         return json.load(f)
 
 
@@ -86,7 +99,8 @@ def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
 
 
 def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
-    with open(path) as f:
+    """The rows of a JSON-lines file, or of its gzipped copy ``NAME.gz`` where only that exists (``open_stored``)."""
+    with open_stored(path) as f:
         for line in f:
             if line.strip():
                 yield json.loads(line)
