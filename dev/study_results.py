@@ -18,7 +18,6 @@ or server flags differ from CONFIG's is left out and measured again.
 
 from __future__ import annotations
 
-import gzip
 import json
 import shutil
 import sys
@@ -28,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 from estimate_study import JOBS, stale, stale_load, why_stale  # noqa: E402, F401  (the saved-job format lives there)
 
-from lorabench.io import open_stored, stored  # noqa: E402
+from lorabench.io import gzip_writer, open_stored, stored  # noqa: E402
 
 DIGITS = {"itl_s": 4, "start_s": 6, "end_s": 6, "ttft_s": 6, "latency_s": 6, "wall_start": 3}
 
@@ -44,11 +43,6 @@ def _compact(line: str) -> str:
         elif isinstance(v, float) and v == v:
             r[k] = round(v, d)
     return json.dumps(r, separators=(",", ":"), sort_keys=True) + "\n"
-
-
-def _gz(path: Path) -> gzip.GzipFile:
-    """A gzip file to write, with no time in its header: a job saved again gives the same bytes."""
-    return gzip.GzipFile(path, "wb", compresslevel=9, mtime=0)
 
 
 def _finished(d: Path, plain: tuple[str, ...], records: str, facts: str) -> bool:
@@ -68,9 +62,9 @@ def save(results: Path, study: Path) -> list[str]:
             for f in plain:
                 shutil.copy2(d / f, dst / f)
             for f in packed:
-                with open(d / f, "rb") as src, _gz(dst / (f + ".gz")) as out:
+                with open(d / f, "rb") as src, gzip_writer(dst / (f + ".gz")) as out:
                     shutil.copyfileobj(src, out)
-            with open(d / records) as src, _gz(dst / (records + ".gz")) as gz:
+            with open(d / records) as src, gzip_writer(dst / (records + ".gz")) as gz:
                 for line in src:
                     if line.strip():
                         gz.write(_compact(line).encode())

@@ -18,7 +18,6 @@ tokens, which takes the model's tokenizer, and the weights stay behind.
 from __future__ import annotations
 
 import argparse
-import gzip
 import os
 import shutil
 import subprocess
@@ -32,7 +31,7 @@ sys.path.insert(0, str(ROOT / "workflow"))
 
 from lorabench.config import load_file, prefix_cache_servers, rate_sweep_mixes, runtime_load_servers  # noqa: E402
 from lorabench.engines import get_engine  # noqa: E402
-from lorabench.io import open_stored, read_json, stored, write_json, write_jsonl  # noqa: E402
+from lorabench.io import gzip_writer, open_stored, read_json, stored, write_json, write_jsonl  # noqa: E402
 from lorabench.job import server_job  # noqa: E402
 from lorabench.jobs import write_not_run  # noqa: E402
 from lorabench.rate_sweep import RateSweep  # noqa: E402
@@ -212,7 +211,7 @@ def publish(cfg: dict, res: Path, built: Path, out: Path) -> None:
         (out / sub).mkdir(parents=True, exist_ok=True)
         for name in names:
             if name in PACKED:  # gzipped (read_json reads either); a plain copy of an earlier publish goes
-                with gzip.GzipFile(out / sub / f"{name}.gz", "wb", mtime=0) as dst:
+                with gzip_writer(out / sub / f"{name}.gz") as dst:
                     dst.write((built / sub / name).read_bytes())
                 (out / sub / name).unlink(missing_ok=True)
             else:
@@ -226,7 +225,7 @@ def publish(cfg: dict, res: Path, built: Path, out: Path) -> None:
         (out / "servers" / s).mkdir(parents=True, exist_ok=True)
         shutil.copy(facts, out / "servers" / s / "facts.json")
         if read_json(facts).get("status") == NOT_MEASURED:  # its measurements: none, kept as a saved job's are
-            with gzip.GzipFile(out / "servers" / s / "measurements.jsonl.gz", "wb", mtime=0):
+            with gzip_writer(out / "servers" / s / "measurements.jsonl.gz"):
                 pass
             (out / "servers" / s / "measurements.jsonl").unlink(missing_ok=True)
     # load.json with the figures the summary recomputed from its cycles; prefix.json as the job wrote it
@@ -253,7 +252,7 @@ def publish(cfg: dict, res: Path, built: Path, out: Path) -> None:
     requests, packed = res / "workload" / "requests.json", res / "workload" / "requests.json.gz"
     if requests.exists():
         (out / "workload").mkdir(parents=True, exist_ok=True)
-        with gzip.GzipFile(out / "workload" / "requests.json.gz", "wb", mtime=0) as dst:
+        with gzip_writer(out / "workload" / "requests.json.gz") as dst:
             dst.write(requests.read_bytes())
     elif packed.exists() and res.resolve() != out.resolve():
         (out / "workload").mkdir(parents=True, exist_ok=True)

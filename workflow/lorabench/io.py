@@ -83,6 +83,12 @@ def open_stored(path: str | Path, mode: str = "rt") -> IO[Any]:
     return open(found, mode)  # noqa: SIM115 - the caller closes it
 
 
+def gzip_writer(path: str | Path) -> gzip.GzipFile:
+    """A gzipped file to write (binary), with no time in its header: the same contents give the same bytes, so a
+    study saved or published again changes no file it did not change (``open_stored`` reads it back)."""
+    return gzip.GzipFile(path, "wb", compresslevel=9, mtime=0)
+
+
 def has_json(path: str | Path) -> bool:
     """Whether ``read_json`` finds the file: itself or its gzipped copy."""
     return stored(path).exists()
