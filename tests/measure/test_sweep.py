@@ -369,10 +369,11 @@ def test_mix_requests_are_the_same_for_every_server():
     assert one[0].model == f"one-{one[0].adapter}" and one[0].request_id.startswith("s1/sweep/z/t/")
 
 
-def _short_sweep(**kw: object) -> tuple[SweepSettings, SweepOutcome]:
+def _short_sweep(cold_s: float = 0.0, **kw: object) -> tuple[SweepSettings, SweepOutcome]:
     """A short sweep of mix "ab" on the fake server with four slots, 8 tokens 5 ms apart (about 100 requests/s at
-    most), at a 50 ms p99 TTFT; ``kw`` overrides the settings."""
-    proc, port = start_in_process(slots=4, delay=0.005)
+    most), at a 50 ms p99 TTFT; ``kw`` overrides the settings; ``cold_s``: the server's first seconds hold every
+    request."""
+    proc, port = start_in_process(slots=4, delay=0.005, cold_s=cold_s)
     try:
         base: dict[str, object] = {"points": 2, "max_rate_factor": 3.0, "warmup_s": 0.15, "duration_s": 0.6,
                                    "drain_s": 0.05, "probe_concurrency": 16, "settle_s": 0.05, "max_send_lag_ms": 50.0,
@@ -405,6 +406,24 @@ def test_short_sweep_against_a_server_with_slots():
         assert c.last_meeting_per_s <= c.capacity_per_s < c.first_failing_per_s
     assert res.rates[0] <= cap.capacity_per_s < res.rates[-1]
     assert {r["mix"] for r in out.records} == {"ab"} and any(r["in_window"] for r in out.records)
+
+
+@pytest.mark.integration
+def test_a_probe_that_completes_nothing_on_a_cold_server_is_run_again():
+    """A server that holds its first 1.2 s of requests (longer than the probe's 0.15 + 0.6 + 0.05 s): the first
+    probe completes nothing in its window and is kept as a discarded attempt; the second probes the warm server,
+    and the sweep goes on from its rate. The records tell the attempts apart."""
+    st, out = _short_sweep(cold_s=1.2, repeats=1)
+    (res,) = out.results
+    assert len(res.discarded_probes) == 1 and res.discarded_probes[0].achieved_per_s == 0
+    assert res.max_rate_per_s > 0 and res.points
+    assert SweepResult.from_json(res.to_json()).discarded_probes[0].n_sent == res.discarded_probes[0].n_sent
+    assert {r["probe_attempt"] for r in out.records if r["fraction"] is None} == {1, 2}
+
+
+def test_a_sweep_without_discarded_probes_writes_no_such_field():
+    res = SweepResult("s", "m", 1.0, point(1.0, 10.0), [0.1])
+    assert "discarded_probes" not in res.to_json()
 
 
 @pytest.mark.integration

@@ -60,6 +60,10 @@ def _usage(prompt: int, completion: int) -> bytes:
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
+    cold_s = float(request.app["cold_s"])
+    if cold_s > 0:  # a cold server: every request of its first cold_s seconds waits until they have passed
+        t0 = request.app.setdefault("first_request", time.monotonic())
+        await asyncio.sleep(max(0.0, t0 + cold_s - time.monotonic()))
     slots: asyncio.Semaphore | None = request.app["slots"]
     if slots is None:
         return await _completions(request)
@@ -131,11 +135,14 @@ async def models(_request: web.Request) -> web.Response:
 
 
 def make_app(
-    fault: str = "", fault_all: bool = False, batch: int = 1, delay: float = 0.0, slots: int = 0
+    fault: str = "", fault_all: bool = False, batch: int = 1, delay: float = 0.0, slots: int = 0, cold_s: float = 0.0
 ) -> web.Application:
-    """``slots`` > 0: at most that many requests are served at once, the others wait in arrival order."""
+    """``slots`` > 0: at most that many requests are served at once, the others wait in arrival order. ``cold_s``
+    > 0: the requests of the first ``cold_s`` seconds from the first one are held until then (an engine compiling
+    kernels on its first batches)."""
     app = web.Application()
     app["fault"], app["fault_all"], app["batch"], app["delay"] = fault, fault_all, batch, delay
+    app["cold_s"] = cold_s
     app["slots"] = asyncio.Semaphore(slots) if slots > 0 else None
     app.router.add_post("/v1/completions", completions)
     app.router.add_get("/v1/models", models)

@@ -356,6 +356,8 @@ class SweepResult:
     stop_reason: str = ""
     settings: dict[str, Any] = field(default_factory=dict)
     search_range: list[float] | None = None
+    # probes whose window completed nothing (a server still warming up), run again (``_Sweep.probe``)
+    discarded_probes: list[RatePoint] = field(default_factory=list)
 
     @property
     def rates(self) -> list[float]:
@@ -378,6 +380,8 @@ class SweepResult:
             "stop_reason": self.stop_reason,
             "settings": self.settings,
             "search_range": list(self.search_range) if self.search_range else None,
+            # only where there were any: a sweep without them reads as it did before the field existed
+            **({"discarded_probes": [p.to_json() for p in self.discarded_probes]} if self.discarded_probes else {}),
         }
 
     @classmethod
@@ -394,6 +398,7 @@ class SweepResult:
             stop_reason=data.get("stop_reason", ""),
             settings=dict(data.get("settings") or {}),
             search_range=[float(f) for f in data["search_range"]] if data.get("search_range") else None,
+            discarded_probes=[RatePoint.from_json(p) for p in data.get("discarded_probes") or []],
         )
 
 

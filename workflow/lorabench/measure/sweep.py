@@ -219,6 +219,10 @@ class MixRequests:
         ]
 
 
+# probes of one mix before it gives up: the first may fall entirely in a cold server's first batches
+PROBE_ATTEMPTS = 3
+
+
 @dataclass
 class SweepOutcome:
     """What one server's sweep gives: one result per mix, and one row per request (records.jsonl)."""
@@ -250,24 +254,41 @@ class _Sweep:
     runs: int = 0  # runs done, for the progress lines
 
     async def probe(self, mix: str) -> SweepResult:
-        """The saturation probe of one mix: closed loop at ``probe_concurrency``; its rate is the mix's maximum."""
+        """The saturation probe of one mix: closed loop at ``probe_concurrency``; its rate is the mix's maximum.
+
+        A server's first requests can take longer than the probe's whole window (an engine compiling kernels on
+        its first batches: SGLang's first start on a machine). A probe whose window completed nothing while no
+        request failed is kept as a discarded attempt and run again, up to ``PROBE_ATTEMPTS`` in all; a probe
+        that completes something is used as it is, so a warm server is probed exactly as before."""
         st, phases = self.settings, self.settings.phases
-        reqs = self.source(mix, max(4 * st.probe_concurrency, 64), "probe", "probe")
-        with quiet_gc(self.gc_mode):
-            run = await run_closed(self.session, self.base_url, reqs, st.probe_concurrency, phases,
-                                   st.request_timeout_s, st.max_in_flight)  # fmt: skip
-        probe = RatePoint.of_run(run, server=self.server, mix=mix, cycle=0, position=-1, fraction=float("nan"),
-                                 slo=st.slo, over=st.over_saturation)  # fmt: skip
-        self.records.extend(run.rows(server=self.server, mix=mix, cycle=0, fraction=None, rate_per_s=None))
-        if not probe.achieved_per_s > 0:
-            raise SweepError(
-                f"rate_sweep: server {self.server}, mix {mix}: the saturation probe completed no request in its "
-                f"{phases.duration_s:g} s window ({probe.n_sent} sent, {probe.n_errors} failed): no rate to sweep"
-            )
+        discarded: list[RatePoint] = []
+        for attempt in range(1, PROBE_ATTEMPTS + 1):
+            tag = "probe" if attempt == 1 else f"probe-{attempt}"
+            reqs = self.source(mix, max(4 * st.probe_concurrency, 64), tag, tag)
+            with quiet_gc(self.gc_mode):
+                run = await run_closed(self.session, self.base_url, reqs, st.probe_concurrency, phases,
+                                       st.request_timeout_s, st.max_in_flight)  # fmt: skip
+            probe = RatePoint.of_run(run, server=self.server, mix=mix, cycle=0, position=-1, fraction=float("nan"),
+                                     slo=st.slo, over=st.over_saturation)  # fmt: skip
+            self.records.extend(run.rows(server=self.server, mix=mix, cycle=0, fraction=None, rate_per_s=None,
+                                         probe_attempt=attempt))  # fmt: skip
+            if probe.achieved_per_s > 0:
+                break
+            what = (f"the saturation probe completed no request in its {phases.duration_s:g} s window "
+                    f"({probe.n_sent} sent, {probe.n_errors} failed)")  # fmt: skip
+            if probe.n_errors or attempt == PROBE_ATTEMPTS:
+                tries = f" in {attempt} attempts" if attempt > 1 else ""
+                raise SweepError(f"rate_sweep: server {self.server}, mix {mix}: {what}{tries}: no rate to sweep")
+            log.warning("%s/%s: %s, its first requests outlasting the window (a server still warming up): "
+                        "probing again, attempt %d of %d", self.server, mix, what, attempt + 1,
+                        PROBE_ATTEMPTS)  # fmt: skip
+            discarded.append(probe)
+            await asyncio.sleep(st.settle_s)
         log.info("%s/%s probe at concurrency %d: %.2f req/s", self.server, mix, st.probe_concurrency,
                  probe.achieved_per_s)  # fmt: skip
         await asyncio.sleep(st.settle_s)
-        return SweepResult(self.server, mix, probe.achieved_per_s, probe, [], settings=st.to_json())
+        return SweepResult(self.server, mix, probe.achieved_per_s, probe, [], settings=st.to_json(),
+                           discarded_probes=discarded)  # fmt: skip
 
     async def measure(self, mix: str, cycle: int, position: int, fraction: float, of: str) -> RatePoint:
         """One open-loop run of Poisson arrivals at ``fraction`` of the mix's probe rate (``of``: its place in
