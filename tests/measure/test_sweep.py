@@ -18,10 +18,12 @@ from lorabench.measure.sweep import (
     OverSaturation,
     RatePoint,
     Slo,
+    SweepError,
     SweepOutcome,
     SweepResult,
     SweepSettings,
     cycle_capacity,
+    probes_agree,
     search_range,
     sweep_server,
 )
@@ -409,16 +411,37 @@ def test_short_sweep_against_a_server_with_slots():
 
 
 @pytest.mark.integration
-def test_a_probe_that_completes_nothing_on_a_cold_server_is_run_again():
-    """A server that holds its first 1.2 s of requests (longer than the probe's 0.15 + 0.6 + 0.05 s): the first
-    probe completes nothing in its window and is kept as a discarded attempt; the second probes the warm server,
-    and the sweep goes on from its rate. The records tell the attempts apart."""
+def test_a_cold_servers_probe_is_run_again_until_two_in_a_row_agree():
+    """A server that holds its first 1.2 s of requests (longer than a probe's 0.15 + 0.6 + 0.05 s): the first
+    probe completes nothing in its window; probes go on until two in a row agree within PROBE_AGREE, the last one
+    gives the rate and the others are kept as discarded. The records tell the attempts apart."""
     st, out = _short_sweep(cold_s=1.2, repeats=1)
     (res,) = out.results
-    assert len(res.discarded_probes) == 1 and res.discarded_probes[0].achieved_per_s == 0
-    assert res.max_rate_per_s > 0 and res.points
-    assert SweepResult.from_json(res.to_json()).discarded_probes[0].n_sent == res.discarded_probes[0].n_sent
-    assert {r["probe_attempt"] for r in out.records if r["fraction"] is None} == {1, 2}
+    first, *_ = res.discarded_probes
+    assert first.achieved_per_s == 0 and first.n_errors == 0
+    assert res.max_rate_per_s == res.probe.achieved_per_s > 0 and res.points
+    back = SweepResult.from_json(res.to_json())
+    assert [p.n_sent for p in back.discarded_probes] == [p.n_sent for p in res.discarded_probes]
+    attempts = {r["probe_attempt"] for r in out.records if r["fraction"] is None}
+    assert attempts == set(range(1, len(res.discarded_probes) + 2))
+
+
+def test_probes_agree_within_ten_percent_of_the_later_one():
+    assert probes_agree(50.0, 54.0) and probes_agree(54.0, 50.0)
+    assert not probes_agree(24.0, 50.0) and not probes_agree(0.0, 0.0) and not probes_agree(0.0, 10.0)
+
+
+@pytest.mark.integration
+def test_a_probe_whose_requests_all_fail_stops_the_sweep_at_once():
+    """Every request an HTTP 500: a broken server, not a cold one; one probe, then the error names the server."""
+    proc, port = start_in_process(fault="http500", fault_all=True)
+    try:
+        st = settings(warmup_s=0.1, duration_s=0.3, drain_s=0.05, probe_concurrency=4, settle_s=0.0)
+        source = MixRequests("fake", {"ab": {"adapters": ["a", "b"]}}, "x", 8, lambda a: a, seed=1)
+        with pytest.raises(SweepError, match=r"server fake, mix ab: the saturation probe completed no request.*failed"):
+            asyncio.run(sweep_server(f"http://127.0.0.1:{port}", "fake", ["ab"], source, st))
+    finally:
+        proc.kill()
 
 
 def test_a_sweep_without_discarded_probes_writes_no_such_field():

@@ -1,7 +1,8 @@
 """Rate sweeps and capacity at a latency target (issue 29), apart from the job that owns the server's life.
 
 For each adapter mix, a saturation probe first keeps ``probe_concurrency`` requests in flight (closed loop); the
-requests it completes per second in its steady-state window are the mix's maximum rate. The sweep's rates are
+requests it completes per second in its steady-state window are the mix's maximum rate (the probe runs until two in a
+row agree within 10 %: a cold server's first batches read low). The sweep's rates are
 fractions of it: ``points`` fractions from 10 % to 100 %, then on in the same steps up to ``max_rate_factor``.
 Each rate is one open-loop run of Poisson arrivals (``loadgen.arrivals``) and gives one ``RatePoint``.
 
@@ -76,6 +77,7 @@ __all__ = [
     "SweepResult",
     "SweepSettings",
     "cycle_capacity",
+    "probes_agree",
     "search_range",
     "sweep_server",
 ]
@@ -219,8 +221,15 @@ class MixRequests:
         ]
 
 
-# probes of one mix before it gives up: the first may fall entirely in a cold server's first batches
-PROBE_ATTEMPTS = 3
+# The saturation probe runs until two in a row agree within PROBE_AGREE (of the later one), at most PROBE_ATTEMPTS
+# times: a cold server's first batches read far below its rate (``_Sweep.probe``).
+PROBE_ATTEMPTS = 5
+PROBE_AGREE = 0.10
+
+
+def probes_agree(earlier: float, later: float) -> bool:
+    """Two probe rates in a row agree where they are within PROBE_AGREE of the later one (neither zero)."""
+    return earlier > 0 and later > 0 and abs(later - earlier) <= PROBE_AGREE * later
 
 
 @dataclass
@@ -256,12 +265,14 @@ class _Sweep:
     async def probe(self, mix: str) -> SweepResult:
         """The saturation probe of one mix: closed loop at ``probe_concurrency``; its rate is the mix's maximum.
 
-        A server's first requests can take longer than the probe's whole window (an engine compiling kernels on
-        its first batches: SGLang's first start on a machine). A probe whose window completed nothing while no
-        request failed is kept as a discarded attempt and run again, up to ``PROBE_ATTEMPTS`` in all; a probe
-        that completes something is used as it is, so a warm server is probed exactly as before."""
+        A server's first requests can be far slower than its later ones (an engine compiling kernels on its first
+        batches: SGLang's first start on an H200 completed none of its first 64 requests within the probe's 8 s
+        window, and another machine's first probe read 23.9 req/s). So the probe runs until two in a row agree
+        within ``PROBE_AGREE`` of the later one, at most ``PROBE_ATTEMPTS`` times, and the last one gives the rate;
+        the others are kept in ``discarded_probes``. A probe that completes nothing while requests failed stops
+        the sweep (a broken server, not a cold one)."""
         st, phases = self.settings, self.settings.phases
-        discarded: list[RatePoint] = []
+        runs: list[RatePoint] = []
         for attempt in range(1, PROBE_ATTEMPTS + 1):
             tag = "probe" if attempt == 1 else f"probe-{attempt}"
             reqs = self.source(mix, max(4 * st.probe_concurrency, 64), tag, tag)
@@ -272,23 +283,30 @@ class _Sweep:
                                      slo=st.slo, over=st.over_saturation)  # fmt: skip
             self.records.extend(run.rows(server=self.server, mix=mix, cycle=0, fraction=None, rate_per_s=None,
                                          probe_attempt=attempt))  # fmt: skip
-            if probe.achieved_per_s > 0:
-                break
-            what = (f"the saturation probe completed no request in its {phases.duration_s:g} s window "
-                    f"({probe.n_sent} sent, {probe.n_errors} failed)")  # fmt: skip
-            if probe.n_errors or attempt == PROBE_ATTEMPTS:
-                tries = f" in {attempt} attempts" if attempt > 1 else ""
-                raise SweepError(f"rate_sweep: server {self.server}, mix {mix}: {what}{tries}: no rate to sweep")
-            log.warning("%s/%s: %s, its first requests outlasting the window (a server still warming up): "
-                        "probing again, attempt %d of %d", self.server, mix, what, attempt + 1,
-                        PROBE_ATTEMPTS)  # fmt: skip
-            discarded.append(probe)
+            runs.append(probe)
             await asyncio.sleep(st.settle_s)
-        log.info("%s/%s probe at concurrency %d: %.2f req/s", self.server, mix, st.probe_concurrency,
-                 probe.achieved_per_s)  # fmt: skip
-        await asyncio.sleep(st.settle_s)
+            if not probe.achieved_per_s > 0 and probe.n_errors:
+                break
+            if len(runs) >= 2 and probes_agree(runs[-2].achieved_per_s, probe.achieved_per_s):
+                break
+            log.info("%s/%s probe %d of at most %d at concurrency %d: %.2f req/s%s", self.server, mix, attempt,
+                     PROBE_ATTEMPTS, st.probe_concurrency, probe.achieved_per_s,
+                     "" if attempt == 1 else f" against {runs[-2].achieved_per_s:.2f} before it")  # fmt: skip
+        if not probe.achieved_per_s > 0:
+            tries = f" (the last of {len(runs)} probes)" if len(runs) > 1 else ""
+            raise SweepError(
+                f"rate_sweep: server {self.server}, mix {mix}: the saturation probe{tries} completed no request in "
+                f"its {phases.duration_s:g} s window ({probe.n_sent} sent, {probe.n_errors} failed): no rate to sweep"
+            )
+        if len(runs) < 2 or not probes_agree(runs[-2].achieved_per_s, probe.achieved_per_s):
+            log.warning("%s/%s: no two probes in a row within %.0f %% of each other in %d: the last one's rate is "
+                        "used (%s req/s)", self.server, mix, 100 * PROBE_AGREE, len(runs),
+                        ", ".join(f"{p.achieved_per_s:.2f}" for p in runs))  # fmt: skip
+        rates = ", ".join(f"{p.achieved_per_s:.2f}" for p in runs)
+        log.info("%s/%s probe at concurrency %d: %.2f req/s (%d probes: %s)", self.server, mix, st.probe_concurrency,
+                 probe.achieved_per_s, len(runs), rates)  # fmt: skip
         return SweepResult(self.server, mix, probe.achieved_per_s, probe, [], settings=st.to_json(),
-                           discarded_probes=discarded)  # fmt: skip
+                           discarded_probes=runs[:-1])  # fmt: skip
 
     async def measure(self, mix: str, cycle: int, position: int, fraction: float, of: str) -> RatePoint:
         """One open-loop run of Poisson arrivals at ``fraction`` of the mix's probe rate (``of``: its place in
