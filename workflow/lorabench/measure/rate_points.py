@@ -249,6 +249,9 @@ class RatePoint:
     client_bound: str = ""  # why the client may have set the pace ("" where nothing says so)
     over_saturated: str = ""  # why the rate is over-saturated ("" where it is not)
     ttft_growth_p: float = float("nan")  # the TTFT rule's p-value (later_larger_p; NaN in sweeps before it)
+    # what the server's host did over the run (ramp to drain), where the job could read it: ``front_end_cpu`` the
+    # share of one CPU its HTTP front end used, ``gpu_busy_pct`` the GPU's busy share (empty in sweeps before it)
+    host: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def of_run(
@@ -282,7 +285,7 @@ class RatePoint:
         due = offered
         if poisson and completed:
             due = run.scheduled_in_window(statistics.median(r.latency_s for r in completed))
-        q = {
+        q: dict[str, Any] = {
             f"{name}_ms_p{p}": percentile(vals, p)
             for name, vals in (("ttft", ttft), ("itl", itl), ("e2e", e2e))
             for p in QUANTILES
@@ -332,7 +335,10 @@ class RatePoint:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": RATE_POINT_SCHEMA, **asdict(self)}
+        d = asdict(self)
+        if not d["host"]:  # a sweep without it reads and writes as before the field existed
+            del d["host"]
+        return {"schema": RATE_POINT_SCHEMA, **d}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RatePoint:

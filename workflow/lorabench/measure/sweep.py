@@ -40,7 +40,7 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import aiohttp
 
@@ -71,6 +71,7 @@ __all__ = [
     "OverSaturation",
     "RatePoint",
     "RequestSource",
+    "RunMeter",
     "Slo",
     "SweepError",
     "SweepOutcome",
@@ -232,6 +233,15 @@ def probes_agree(earlier: float, later: float) -> bool:
     return earlier > 0 and later > 0 and abs(later - earlier) <= PROBE_AGREE * later
 
 
+class RunMeter(Protocol):
+    """What the server's host did over one run (``RatePoint.host``): ``start`` before it, ``stop`` with what
+    ``start`` gave after it, returning the figures it could read (``front_end_cpu``, ``gpu_busy_pct``)."""
+
+    def start(self) -> Any: ...
+
+    def stop(self, token: Any) -> dict[str, float]: ...
+
+
 @dataclass
 class SweepOutcome:
     """What one server's sweep gives: one result per mix, and one row per request (records.jsonl)."""
@@ -258,6 +268,7 @@ class _Sweep:
     source: RequestSource
     settings: SweepSettings
     gc_mode: str
+    meter: RunMeter | None = None
     records: list[dict[str, Any]] = field(default_factory=list)
     results: dict[str, SweepResult] = field(default_factory=dict)
     runs: int = 0  # runs done, for the progress lines
@@ -276,11 +287,14 @@ class _Sweep:
         for attempt in range(1, PROBE_ATTEMPTS + 1):
             tag = "probe" if attempt == 1 else f"probe-{attempt}"
             reqs = self.source(mix, max(4 * st.probe_concurrency, 64), tag, tag)
+            token = self.meter.start() if self.meter else None
             with quiet_gc(self.gc_mode):
                 run = await run_closed(self.session, self.base_url, reqs, st.probe_concurrency, phases,
                                        st.request_timeout_s, st.max_in_flight)  # fmt: skip
             probe = RatePoint.of_run(run, server=self.server, mix=mix, cycle=0, position=-1, fraction=float("nan"),
                                      slo=st.slo, over=st.over_saturation)  # fmt: skip
+            if self.meter:
+                probe.host = self.meter.stop(token)
             self.records.extend(run.rows(server=self.server, mix=mix, cycle=0, fraction=None, rate_per_s=None,
                                          probe_attempt=attempt))  # fmt: skip
             runs.append(probe)
@@ -316,11 +330,14 @@ class _Sweep:
         phases = st.phases_at(rate)
         schedule = poisson_schedule(rate, phases.total_s, f"{st.seed}/{mix}/{cycle}")
         reqs = self.source(mix, len(schedule), f"c{cycle}", f"c{cycle}/f{fraction:g}")
+        token = self.meter.start() if self.meter else None
         with quiet_gc(self.gc_mode):
             run = await run_poisson(self.session, self.base_url, reqs, schedule, phases, st.request_timeout_s,
                                     st.max_send_lag_ms / 1000, st.max_in_flight, rate_per_s=rate)  # fmt: skip
         point = RatePoint.of_run(run, server=self.server, mix=mix, cycle=cycle, position=position, fraction=fraction,
                                  slo=st.slo, over=st.over_saturation)  # fmt: skip
+        if self.meter:
+            point.host = self.meter.stop(token)
         self.records.extend(run.rows(server=self.server, mix=mix, cycle=cycle, fraction=fraction, rate_per_s=rate))
         self.runs += 1
         log.info(
@@ -422,11 +439,13 @@ async def sweep_server(
     settings: SweepSettings,
     api_key: str | None = None,
     gc_mode: str = "freeze",
+    meter: RunMeter | None = None,
 ) -> SweepOutcome:
     """Probe, then sweep every mix on the server now serving at ``base_url`` (the module's docstring); the
-    garbage collector quiet during each run as ``gc_mode`` says (``harness.quiet_gc``)."""
+    garbage collector quiet during each run as ``gc_mode`` says (``harness.quiet_gc``); ``meter``: what the
+    server's host did over each run."""
     async with make_session(settings.max_in_flight, api_key) as session:
-        sweep = _Sweep(session, base_url, server, source, settings, gc_mode)
+        sweep = _Sweep(session, base_url, server, source, settings, gc_mode, meter)
         for mix in mixes:
             await sweep.first_cycle(mix)
         await sweep.later_cycles(mixes)
