@@ -225,3 +225,35 @@ def test_a_side_job_claim_naming_no_engine_stays_with_the_first_job_that_ran():
     assert [(f["key"], f["engine"], f["claims"]) for f in found] == [
         ("runtime", "sglang", ["about-none"]), ("runtime", "vllm", ["about-vllm"]), ("runtime-more", "vllm", [])
     ]  # fmt: skip
+
+
+def test_a_comparison_of_two_servers_that_ran_on_different_machines_says_so():
+    """The enable and slots findings compare two server jobs: where their facts record different boot ids (a
+    study put together from several runs), the answer says the intervals do not cover it; where they record the
+    same one, or none (facts before the record), the answer is as before."""
+    summary = read_json(RUN / "summary.json")
+    plain = {f["key"]: f for f in findings(summary["rows"], [], [], [], summary["facts"], [], config=DEFAULT)}
+    facts = [{**f, "boot_id": "same"} for f in summary["facts"]]
+    same = {f["key"]: f for f in findings(summary["rows"], [], [], [], facts, [], config=DEFAULT)}
+    assert same["enable"]["answer"] == plain["enable"]["answer"]
+    assert "different machines" not in plain["enable"]["answer"]
+    facts = [{**f, "boot_id": "other" if f["server"] == "lora-off" else "same"} for f in summary["facts"]]
+    apart = {f["key"]: f for f in findings(summary["rows"], [], [], [], facts, [], config=DEFAULT)}
+    assert apart["enable"]["answer"].endswith(
+        "lora-2 and lora-off ran on different machines, which the intervals do not cover: not a comparison on one "
+        "machine"
+    )
+    assert apart["slots"]["answer"] == plain["slots"]["answer"]  # lora-2 and lora-4: one machine
+
+
+def test_the_engine_comparison_counts_rows_of_servers_on_different_machines():
+    summary = read_json(RUN / "summary.json")
+    row = {"a_engine": "vllm", "a_server": "lora-2", "b_engine": "sglang", "b_server": "sglang-lora-2",
+           "ratio_pct": -5.0, "ratio_lo_pct": -9.0, "ratio_hi_pct": -1.0}  # fmt: skip
+    facts = [*summary["facts"], {"server": "sglang-lora-2", "boot_id": "b"}]
+    facts = [{**f, "boot_id": f.get("boot_id") or "a"} for f in facts]
+    (eng,) = [f for f in findings(summary["rows"], [], [row], [], facts, [], config=DEFAULT) if f["key"] == "engines"]
+    assert eng["answer"] == (
+        "1 of 1 paired rows differ beyond the spread; median ratio -5.0%; 1 of 1 compare servers that ran on "
+        "different machines, which no interval here covers"
+    )

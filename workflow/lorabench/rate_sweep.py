@@ -18,7 +18,6 @@ import os
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, ClassVar
 
 from .config import rate_sweep_mixes
@@ -26,23 +25,18 @@ from .job import ServerJob
 from .jobs import JobKind, Json, kind_settings, not_run_facts
 from .measure.sweep import MixRequests, SweepOutcome, SweepSettings, sweep_server
 from .nvml import GpuBusy, gpu_busy_for
-from .resources import cpu_ticks
+from .resources import boot_id, cpu_ticks
 from .session import ServerSession
 
 log = logging.getLogger(__name__)
 
 SWEEP_JOB_SCHEMA = "lorabench.sweep_job/1"
-BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
 def ran() -> Json:
-    """When the sweep started (UTC) and on which boot of which machine (Linux's boot id, "" elsewhere): a table that
+    """When the sweep started (UTC) and on which boot of which machine (``resources.boot_id``): a table that
     compares sweeps of several runs (another day, another lent machine) says so (``capacity``)."""
-    try:
-        boot = BOOT_ID.read_text().strip()
-    except OSError:
-        boot = ""
-    return {"started_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "boot_id": boot}
+    return {"started_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "boot_id": boot_id()}
 
 
 @dataclass

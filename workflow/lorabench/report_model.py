@@ -436,6 +436,22 @@ def _finding(
     return {"key": key, "engine": engine, "question": question, "answer": f"{what}: {'; '.join(parts)} ({verdict})"}
 
 
+def _other_machine(boots: dict[str, str], a: str, b: str) -> bool:
+    """Whether two server jobs are known to have run on different machines (or boots of one): both record a boot
+    id (``resources.boot_id``; facts before it record none) and they differ."""
+    return bool(boots.get(a) and boots.get(b) and boots[a] != boots[b])
+
+
+def _across(found: dict[str, Any] | None, boots: dict[str, str], a: str, b: str) -> dict[str, Any] | None:
+    """A finding comparing two server jobs, with a note where they ran on different machines: each interval
+    holds the spread within its job, not what differs between two machines, so the comparison is not decided by
+    them."""
+    if found and _other_machine(boots, a, b):
+        found["answer"] += (f"; {a} and {b} ran on different machines, which the intervals do not cover: not a "
+                            "comparison on one machine")  # fmt: skip
+    return found
+
+
 COUNT_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
 
@@ -659,6 +675,7 @@ def findings(
         found.append({"key": "bound", "question": "do these figures measure the engine?", "answer": _bound_answer(ok)})
     picks = role_conditions(config) if config else {}
     base, one, over = picks.get("base"), picks.get("one-adapter"), picks.get("over-slots")
+    boots: dict[str, str] = {f["server"]: str(f["boot_id"]) for f in facts or [] if f.get("boot_id")}
     for engine in sorted({r["engine"] for r in ok}):
         eng = [r for r in ok if r["engine"] == engine]
         bursts = sorted({r["burst"] for r in eng})
@@ -667,7 +684,10 @@ def findings(
             if on and off:
                 pairs = [(b, _cell(eng, b, True, base), _cell(eng, b, False, base)) for b in bursts]
                 what = f"base-model requests on {on['server']} vs {off['server']}"
-                found.append(_finding("enable", engine, f"{engine}: what does merely enabling LoRA cost?", what, pairs))
+                found.append(
+                    _across(_finding("enable", engine, f"{engine}: what does merely enabling LoRA cost?", what, pairs),
+                            boots, on["server"], off["server"])
+                )  # fmt: skip
             if on and one:
                 pairs = [(b, _cell(eng, b, True, one), _cell(eng, b, True, base)) for b in bursts]
                 what = f"adapter {one} vs {base} on {on['server']}"
@@ -678,7 +698,10 @@ def findings(
                 pairs = [(b, _cell(eng, b, True, over), _cell(eng, b, True, over, most_slots=True)) for b in bursts]
                 n = _count(len(adapter_set(config["conditions"][over])))
                 what = f"{n} adapters ({over}) on {few['max_loras']} slots vs {many['max_loras']} slots"
-                found.append(_finding("slots", engine, f"{engine}: what do too few adapter slots cost?", what, pairs))
+                found.append(
+                    _across(_finding("slots", engine, f"{engine}: what do too few adapter slots cost?", what, pairs),
+                            boots, few["server"], many["server"])
+                )  # fmt: skip
     out: list[dict[str, Any]] = [f for f in found if f]
     out += _side_findings(runtime, "runtime", "how fast is loading an adapter at run time?", _runtime_answer)
     out += _side_findings(prefix or [], "prefix", "is the prefix cache kept separate per adapter?", _prefix_answer)
@@ -688,6 +711,10 @@ def findings(
         c0 = comparison[0]
         med = statistics.median(c["ratio_pct"] for c in comparison)
         a = f"{len(diffs)} of {len(comparison)} paired rows differ beyond the spread; median ratio {med:+.1f}%"
+        apart = [c for c in comparison if _other_machine(boots, c["a_server"], c["b_server"])]
+        if apart:
+            a += (f"; {len(apart)} of {len(comparison)} compare servers that ran on different machines, which no "
+                  "interval here covers")  # fmt: skip
         out.append({"key": "engines", "question": f"{c0['b_engine']} against {c0['a_engine']}", "answer": a})
     engine_of = claim_engines or {}
     for f in out:

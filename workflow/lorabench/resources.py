@@ -348,6 +348,19 @@ def group_rss_mib(pgid: int) -> float | None:
     return total / 1024 if found else None
 
 
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def boot_id() -> str:
+    """This boot of this machine (Linux's random boot id; "" elsewhere): two server jobs of one study with
+    different boot ids ran on different machines (a study put together from several runs), and no interval of
+    either covers what differs between the two."""
+    try:
+        return BOOT_ID.read_text().strip()
+    except OSError:
+        return ""
+
+
 def machine_facts() -> dict[str, Any]:
     cpu = ""
     try:
@@ -365,4 +378,5 @@ def machine_facts() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "gpus": gpus,
         "hardware": "gpu" if gpus else "cpu",
+        "boot_id": boot_id(),
     }

@@ -603,6 +603,7 @@ def _fact_row(server: str, f: ServerFacts) -> dict[str, Any]:
         "host_rss_end_mib": memory.get("host_rss_end_mib"),
         "hardware": machine.get("hardware"),
         "device": (machine.get("gpus") or [{}])[0].get("name") or machine.get("cpu"),
+        "boot_id": machine.get("boot_id") or None,  # which machine (resources.boot_id); none in older facts
         "models_listed_ok": models_listed_ok(probes, list(f.config.get("adapters") or [])),
         **{f"time_{k}": v for k, v in (f.timing or {}).items()},
         "wrong_model_status": probes.get("wrong_model_status"),
