@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from .io import read_json
-from .measure.sweep import Capacity, Slo, SweepResult
+from .measure.sweep import Capacity, RatePoint, Slo, SweepResult
 from .median import MedianInterval
 
 log = logging.getLogger(__name__)
@@ -148,17 +148,19 @@ def mark_of(cap: Capacity) -> str:
     return ""
 
 
+def at_capacity(sweep: SweepResult, cap: Capacity) -> list[RatePoint]:
+    """Each cycle's point at its highest rate meeting the SLO (cycles without one left out)."""
+    out = []
+    for c in cap.per_cycle:
+        at = [p for p in sweep.cycle_points(c.cycle) if p.rate_per_s == c.last_meeting_per_s]
+        out += at[:1]  # none where the cycle has no meeting rate (NaN matches no rate)
+    return out
+
+
 def goodput_at_capacity(sweep: SweepResult, cap: Capacity) -> float:
     """The median over cycles of the goodput (requests meeting the SLO per second) at each cycle's highest rate
     meeting the SLO; NaN where no cycle has one."""
-    values = []
-    for c in cap.per_cycle:
-        if math.isnan(c.last_meeting_per_s):
-            continue
-        at = [p for p in sweep.cycle_points(c.cycle) if p.rate_per_s == c.last_meeting_per_s]
-        if at:
-            values.append(at[0].goodput_per_s)
-    return _median(values)
+    return _median([p.goodput_per_s for p in at_capacity(sweep, cap)])
 
 
 # the front end's share of one CPU at which a figure measures the engine's HTTP front end (as in the load tests)
@@ -170,11 +172,8 @@ def host_at_capacity(sweep: SweepResult, cap: Capacity) -> dict[str, float]:
     end's share of one CPU, the GPU's busy share), the median over cycles of each figure; empty for sweeps
     written before the record."""
     values: dict[str, list[float]] = {}
-    for c in cap.per_cycle:
-        if math.isnan(c.last_meeting_per_s):
-            continue
-        at = [p for p in sweep.cycle_points(c.cycle) if p.rate_per_s == c.last_meeting_per_s]
-        for k, v in (at[0].host if at else {}).items():
+    for p in at_capacity(sweep, cap):
+        for k, v in p.host.items():
             values.setdefault(k, []).append(float(v))
     return {k: _median(v) for k, v in values.items()}
 
