@@ -19,6 +19,8 @@
 #                                                     cut at the loan's end)
 #   bash dev/engine_stretch.sh waitjob SECONDS OUTDIR the same, but back as soon as the next job starts: near the
 #                                                     end of a loan, each finished job is packed when it finishes
+#   bash dev/engine_stretch.sh waitall SECONDS OUTDIR ES...  the same for several runs on one machine (`after`):
+#                                                     each in turn, each packed into OUTDIR/NAME of its folder
 #   bash dev/engine_stretch.sh status                 steps so far and the last cycle lines
 #   bash dev/engine_stretch.sh pack OUTDIR            one archive per finished job (records compressed), plus logs,
 #                                                     the steps' times and machine.txt (boot id, GPU UUID: which
@@ -79,13 +81,14 @@ first = on('${PREFIX:-0}', prefix_cache_servers(c), 'results/prefix_cache/%s/pre
 extra = on('${RUNTIME:-0}', runtime_load_servers(c), 'results/runtime_load/%s/load.json')
 sweeps = on('1' if '${SWEEP:-0}' in ('1', 'first') else '0', rate_sweep_mixes(c), 'results/rate_sweep/%s/sweep.json')
 first, extra = (first + sweeps, extra) if '${SWEEP:-0}' == 'first' else (first, extra + sweeps)
-print(' '.join(first + ['results/servers/%s/facts.json' % s for s in srv] + extra))")
+import os, re
+keep = os.environ.get('ONLY') or '.'
+print(' '.join(t for t in first + ['results/servers/%s/facts.json' % s for s in srv] + extra if re.search(keep, t)))")
     setsid nohup bash -c "
       cd '$W'
       echo \"STEP env $engine \$(date +%T)\" >> '$S/steps.log'
       python3 -m snakemake --cores 1 --scheduler greedy --configfile '$cfg' '$SITE' --replace-workflow-config results/envs/$engine.json >> '$S/study.log' 2>&1
       for t in $targets; do
-        if [ -n \"${ONLY:-}\" ] && ! echo \"\$t\" | grep -qE '${ONLY:-.}'; then continue; fi
         echo \"STEP server \$t \$(date +%T)\" >> '$S/steps.log'
         python3 -m snakemake --cores 1 --scheduler greedy --rerun-incomplete --configfile '$cfg' '$SITE' --replace-workflow-config \"\$t\" >> '$S/study.log' 2>&1 \
           || echo \"STEP FAILED \$t \$(date +%T)\" >> '$S/steps.log'
@@ -123,6 +126,20 @@ print(' '.join(first + ['results/servers/%s/facts.json' % s for s in srv] + extr
     bash "$0" status
     [ -n "${3:-}" ] && bash "$0" pack "$3" > /dev/null && ls "$3"
     ;;
+  waitall)
+    # several runs on one machine (a second study queued with `after`, its own ES): poll each in turn until it
+    # stops or the SECONDS run out, packing each into OUTDIR/NAME (NAME: its folder's name), so every poll brings
+    # back every run's finished jobs
+    end=$(( $(date +%s) + ${2:?seconds} )); out=${3:?output folder}; shift 3
+    for d in "$@"; do
+      mkdir -p "$out/$(basename "$d")"
+      # a run queued behind the one before starts a few seconds after that one stops
+      for _ in $(seq 1 10); do { [ -f "$d/driver.pid" ] || [ ! -f "$d/after.log" ]; } && break; sleep 3; done
+      left=$(( end - $(date +%s) )); [ "$left" -gt 0 ] || left=1
+      ES=$d bash "$0" wait "$left" "$out/$(basename "$d")" > /dev/null
+      echo "== $d"; ES=$d bash "$0" status
+    done
+    ;;
   pack)
     out=${2:?output folder}
     rm -rf "$S/save"
@@ -136,5 +153,5 @@ print(' '.join(first + ['results/servers/%s/facts.json' % s for s in srv] + extr
     cp "$S/machine.txt" "$S/steps.log" "$out/" 2>/dev/null
     ls -la "$out"
     ;;
-  *) echo "usage: $0 prepare CONFIG | start CONFIG ENGINE | after DIR CONFIG ENGINE | status | wait[job] SECONDS [OUTDIR] | pack OUTDIR"; exit 2 ;;
+  *) echo "usage: $0 prepare CONFIG | start CONFIG ENGINE | after DIR CONFIG ENGINE | status | wait[job] SECONDS [OUTDIR] | waitall SECONDS OUTDIR ES... | pack OUTDIR"; exit 2 ;;
 esac
