@@ -151,6 +151,9 @@ print(' '.join(t for t in first + ['results/servers/%s/facts.json' % s for s in 
     done
     (cd "$W" && tar -czf "$out/meta.tgz" results/envs results/model/manifest.json results/adapters/*.json results/workload logs 2>/dev/null)
     cp "$S/machine.txt" "$S/steps.log" "$out/" 2>/dev/null
+    # what the engines compiled and cached on this machine (a fresh machine starts SGLang in 120-161 s, a warm one in
+    # 68-75 s): where it lies and how big, for carrying a warm cache to the next loan
+    du -sh ~/.cache/* ~/.triton /tmp/torchinductor_* 2>/dev/null | sort -h > "$out/caches.txt"
     ls -la "$out"
     ;;
   *) echo "usage: $0 prepare CONFIG | start CONFIG ENGINE | after DIR CONFIG ENGINE | status | wait[job] SECONDS [OUTDIR] | waitall SECONDS OUTDIR ES... | pack OUTDIR"; exit 2 ;;
