@@ -85,7 +85,7 @@ def test_stability_finding_groups_the_cells_by_the_kind_of_spread():
          "between_sd_pct": 9.0, "burst_sd_pct": 1.5, "server": "s", "condition": "a", "burst": 3,
          "spread_reason": "whole measurements differ (...); throughput moves with the GPU's busy share (r = +0.90)",
          "spread_moves_with": "the GPU's busy share", "engine_top_thread_pct_min": 99.4,
-         "engine_top_thread": "sglang::schedul"},
+         "engine_top_thread": "VLLM::EngineCor"},
         {"status": "ok", "reached_target": False, "target_ci_pct": 3.0, "spread_kind": "bursts",
          "engine_top_thread_pct_min": 40.0,
          "between_sd_pct": 4.0, "burst_sd_pct": 3.0, "spread_reason": "bursts vary inside measurements (...)"},
@@ -105,4 +105,4 @@ def test_stability_finding_groups_the_cells_by_the_kind_of_spread():
         and "±9.0 % between measurements against ±1.5 % from bursts" in answer
     )
     # the one cell whose engine thread kept a CPU full is named as such; the other is not
-    assert answer.count("the engine's busiest thread (sglang::schedul) kept one CPU full in every measurement") == 1
+    assert answer.count("the engine's busiest thread (VLLM::EngineCor) kept one CPU full in every measurement") == 1

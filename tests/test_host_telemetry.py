@@ -126,10 +126,14 @@ def test_cell_reports_what_moves_with_throughput():
     assert "engine_cpus_median" not in row
     # a cell that misses its target, whose engine thread kept a CPU full throughout, is said to be bound by it
     ms["m_engine_top_thread_pct"] = [99.5, 100.2, 99.8, 100.0]
-    ms["m_engine_top_thread"] = "sglang::schedul"
+    ms["m_engine_top_thread"] = "VLLM::EngineCor"
     bound = summarize_cell(ms, target_pct=0.1).to_json()
-    assert bound["engine_top_thread_pct_min"] == 99.5 and bound["engine_top_thread"] == "sglang::schedul"
-    assert "the engine's busiest thread (sglang::schedul) kept one CPU full" in bound["spread_reason"]
+    assert bound["engine_top_thread_pct_min"] == 99.5 and bound["engine_top_thread"] == "VLLM::EngineCor"
+    assert "the engine's busiest thread (VLLM::EngineCor) kept one CPU full" in bound["spread_reason"]
+    # SGLang's scheduler polls for work (no --sleep-on-idle): its full CPU is its loop, not a bound
+    ms["m_engine_top_thread"] = "sglang::schedul"
+    assert "kept one CPU full" not in summarize_cell(ms, target_pct=0.1).to_json()["spread_reason"]
+    ms["m_engine_top_thread"] = "VLLM::EngineCor"
     ms["m_engine_top_thread_pct"] = [99.5, 100.2, 60.0, 100.0]  # not in every measurement
     assert "kept one CPU full" not in summarize_cell(ms, target_pct=0.1).to_json()["spread_reason"]
 

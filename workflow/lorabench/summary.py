@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from .engines.base import models_listed_ok, server_columns
+from .engines.base import all_polling_threads, models_listed_ok, server_columns
 from .facts import ServerFacts
 from .io import read_json, read_jsonl, write_json
 from .job import RuntimeLoad
@@ -414,8 +414,12 @@ def spread_reason(row: Mapping[str, Any]) -> tuple[str, str, str | None]:
 
 
 def thread_bound(row: Mapping[str, Any]) -> bool:
-    """Whether the engine's busiest thread used a whole CPU in every measurement of the cell (HostTelemetry)."""
+    """Whether the engine's busiest thread used a whole CPU in every measurement of the cell (HostTelemetry), and
+    is not a thread that spins while it waits (an engine's ``polling_threads``: SGLang's scheduler), whose full
+    CPU says nothing about a bound."""
     low = row.get("engine_top_thread_pct_min")
+    if row.get("engine_top_thread") in all_polling_threads():
+        return False
     return low is not None and not math.isnan(low) and low >= THREAD_BOUND_PCT
 
 

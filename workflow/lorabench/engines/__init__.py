@@ -8,10 +8,26 @@ module here is imported below, so the registry (and the config's ``kind`` check)
 import importlib
 import pkgutil
 
-from .base import Engine, ServerSettings, ServerSpec, all_server_markers, get_engine, registered_engines
+from .base import (
+    Engine,
+    ServerSettings,
+    ServerSpec,
+    all_polling_threads,
+    all_server_markers,
+    get_engine,
+    registered_engines,
+)
 
 for _m in pkgutil.iter_modules(__path__):
     if _m.name != "base":
         importlib.import_module(f"{__name__}.{_m.name}")
 
-__all__ = ["Engine", "ServerSettings", "ServerSpec", "all_server_markers", "get_engine", "registered_engines"]
+__all__ = [
+    "Engine",
+    "ServerSettings",
+    "ServerSpec",
+    "all_polling_threads",
+    "all_server_markers",
+    "get_engine",
+    "registered_engines",
+]

@@ -132,6 +132,9 @@ class Engine(ABC):
     # What this engine's server processes look like (a command-line fragment or a process name), so that a live
     # server left by another run is recognised before a measurement shares its device.
     server_markers: ClassVar[tuple[str, ...]] = ()
+    # Threads (their names as /proc gives them, at most 15 characters) that spin while they wait for work: one full
+    # CPU on such a thread is its loop, not a sign that the engine is bound by it (``summary.thread_bound``).
+    polling_threads: ClassVar[tuple[str, ...]] = ()
     # Capabilities: a host-side adapter cache with its own size (vLLM --max-cpu-loras).
     has_cpu_adapter_cache: ClassVar[bool] = False
     # Server flags (as ``args``) under which a completion's usage reports the prompt tokens served from the
@@ -216,6 +219,11 @@ def registered_engines() -> list[str]:
 
 def all_server_markers() -> tuple[str, ...]:
     return tuple(m for cls in _REGISTRY.values() for m in cls.server_markers)
+
+
+def all_polling_threads() -> frozenset[str]:
+    """Every registered engine's ``polling_threads``."""
+    return frozenset(t for cls in _REGISTRY.values() for t in cls.polling_threads)
 
 
 def first_match(pattern: str, text: str, cast: type = str) -> Any:

@@ -19,6 +19,9 @@ class SGLang(Engine):
     name = "sglang"
     ready_path = "/v1/models"
     server_markers = ("sglang.launch_server",)
+    # the scheduler process's event loop polls for requests unless started with --sleep-on-idle (server_args
+    # sleep_on_idle, False by default): its main thread shows one full CPU at any load
+    polling_threads = ("sglang::schedul",)
     context_arg = "context_length"
     metric_prefixes = (
         "sglang:num_running_reqs",
