@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lorabench.resources import HostTelemetry
+from lorabench.resources import CLOCK_TICKS, HostTelemetry, cpu_share, other_machines
 from lorabench.summary import summarize_cell
 
 from .support.scripts import benchmark
@@ -180,3 +180,10 @@ def test_paired_ratios_compares_pairing_with_not_pairing(tmp_path):
     lines = mod.report(path)
     assert lines[-2].startswith("  median width in points: unpaired span")
     assert lines[-1].startswith("  A/A (interleaved halves of one cell): ") and " of 2 paired" in lines[-1]
+
+
+def test_cpu_share_and_machines_from_what_was_read():
+    """The load tests' and the sweeps' front-end share come from one formula; a missing read gives none."""
+    assert cpu_share(0, 3 * CLOCK_TICKS, 2.0) == 1.5
+    assert cpu_share(None, 5, 1.0) is None and cpu_share(1, 5, 0.0) is None
+    assert other_machines("a", "b") and not other_machines("a", "a") and not other_machines("", "b")

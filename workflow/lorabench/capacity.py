@@ -66,6 +66,8 @@ from typing import Any
 from .io import read_json
 from .measure.sweep import Capacity, RatePoint, Slo, SweepResult
 from .median import MedianInterval
+from .resources import other_machines
+from .summary import FRONT_END_BOUND_CPU  # the load tests' rule, for the sweeps too
 
 log = logging.getLogger(__name__)
 
@@ -161,10 +163,6 @@ def goodput_at_capacity(sweep: SweepResult, cap: Capacity) -> float:
     """The median over cycles of the goodput (requests meeting the SLO per second) at each cycle's highest rate
     meeting the SLO; NaN where no cycle has one."""
     return _median([p.goodput_per_s for p in at_capacity(sweep, cap)])
-
-
-# the front end's share of one CPU at which a figure measures the engine's HTTP front end (as in the load tests)
-FRONT_END_BOUND_CPU = 0.9
 
 
 def host_at_capacity(sweep: SweepResult, cap: Capacity) -> dict[str, float]:
@@ -282,7 +280,7 @@ def _lora_costs(rows: list[CapacityRow]) -> None:
         r.lora_cost_mark = r.mark
         r.lora_cost_lo_open = r.lo_open or ref.hi_open
         r.lora_cost_hi_open = r.hi_open or ref.lo_open
-        r.lora_cost_across_machines = bool(r.boot_id and ref.boot_id and r.boot_id != ref.boot_id)
+        r.lora_cost_across_machines = other_machines(r.boot_id, ref.boot_id)
 
 
 def _num(v: float, digits: int = 2) -> str:
@@ -390,7 +388,7 @@ def sizing_finding(mix: str, rows: list[CapacityRow], servers: dict[str, ServerI
             verdict = "the intervals apart"
         else:
             verdict = "the intervals overlap, so the two are not told apart"
-        if best.boot_id and nxt.boot_id and best.boot_id != nxt.boot_id:
+        if other_machines(best.boot_id, nxt.boot_id):
             # each interval covers what moves within its sweep, not what moves between two machines
             verdict += ", but the two sweeps ran on different machines, which the intervals do not cover"
         figure = f"{nxt.mark}{_num(nxt.capacity_per_s)} ({interval_text(nxt)})"

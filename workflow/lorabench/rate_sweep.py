@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,7 +24,7 @@ from .job import ServerJob
 from .jobs import JobKind, Json, kind_settings, not_run_facts
 from .measure.sweep import MixRequests, SweepOutcome, SweepSettings, sweep_server
 from .nvml import GpuBusy, gpu_busy_for
-from .resources import boot_id, cpu_ticks
+from .resources import boot_id, cpu_share, cpu_ticks
 from .session import ServerSession
 
 log = logging.getLogger(__name__)
@@ -44,11 +43,10 @@ class ServerMeter:
     """``measure.sweep.RunMeter`` for a server this job started: the share of one CPU its HTTP front end (the
     process group's leader, all its threads) used over a run, from /proc before and after it, and the GPU's busy
     share over the run (NVML; none on a machine without one). A front end near one full CPU where the SLO stops
-    being met says the capacity is the front end's, not the engine's (``capacity.front_end_at_knee``)."""
+    being met says the capacity is the front end's, not the engine's (``capacity.host_at_capacity``)."""
 
     pid: int
     busy: GpuBusy | None = None
-    tick: int = field(default_factory=lambda: os.sysconf("SC_CLK_TCK"))
 
     def start(self) -> tuple[float, int | None]:
         return time.time(), cpu_ticks(self.pid)
@@ -56,8 +54,9 @@ class ServerMeter:
     def stop(self, token: tuple[float, int | None]) -> dict[str, float]:
         (t0, fe0), t1, fe1 = token, time.time(), cpu_ticks(self.pid)
         out: dict[str, float] = {}
-        if fe0 is not None and fe1 is not None and t1 > t0:
-            out["front_end_cpu"] = round((fe1 - fe0) / self.tick / (t1 - t0), 3)
+        front_end = cpu_share(fe0, fe1, t1 - t0)
+        if front_end is not None:
+            out["front_end_cpu"] = front_end
         share = self.busy.share(t0, t1) if self.busy is not None else None
         if share is not None:
             out["gpu_busy_pct"] = share

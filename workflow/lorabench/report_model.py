@@ -24,6 +24,7 @@ from .loadgen.traffic import workload_of
 from .phases import workload_rows
 from .queues import cliff_sentence
 from .records import Comparison
+from .resources import other_machines
 from .roles import adapter_set, role_conditions
 from .summary import thread_bound
 
@@ -436,17 +437,11 @@ def _finding(
     return {"key": key, "engine": engine, "question": question, "answer": f"{what}: {'; '.join(parts)} ({verdict})"}
 
 
-def _other_machine(boots: dict[str, str], a: str, b: str) -> bool:
-    """Whether two server jobs are known to have run on different machines (or boots of one): both record a boot
-    id (``resources.boot_id``; facts before it record none) and they differ."""
-    return bool(boots.get(a) and boots.get(b) and boots[a] != boots[b])
-
-
 def _across(found: dict[str, Any] | None, boots: dict[str, str], a: str, b: str) -> dict[str, Any] | None:
     """A finding comparing two server jobs, with a note where they ran on different machines: each interval
     holds the spread within its job, not what differs between two machines, so the comparison is not decided by
     them."""
-    if found and _other_machine(boots, a, b):
+    if found and other_machines(boots.get(a), boots.get(b)):
         found["answer"] += (f"; {a} and {b} ran on different machines, which the intervals do not cover: not a "
                             "comparison on one machine")  # fmt: skip
     return found
@@ -711,7 +706,7 @@ def findings(
         c0 = comparison[0]
         med = statistics.median(c["ratio_pct"] for c in comparison)
         a = f"{len(diffs)} of {len(comparison)} paired rows differ beyond the spread; median ratio {med:+.1f}%"
-        apart = [c for c in comparison if _other_machine(boots, c["a_server"], c["b_server"])]
+        apart = [c for c in comparison if other_machines(boots.get(c["a_server"]), boots.get(c["b_server"]))]
         if apart:
             a += (f"; {len(apart)} of {len(comparison)} compare servers that ran on different machines, which no "
                   "interval here covers")  # fmt: skip

@@ -323,6 +323,17 @@ def group_threads(pgid: int) -> dict[int, list[int]]:
     return out
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_share(ticks0: int | None, ticks1: int | None, seconds: float) -> float | None:
+    """The share of one CPU that ``cpu_ticks`` read before and after ``seconds`` of wall time come to (rounded to
+    a thousandth); None where either read found nothing or no time passed."""
+    if ticks0 is None or ticks1 is None or not seconds > 0:
+        return None
+    return round((ticks1 - ticks0) / CLOCK_TICKS / seconds, 3)
+
+
 def cpu_ticks(pid: int, tid: int | None = None) -> int | None:
     """User and system CPU time so far of a process (all its threads) or, with ``tid``, of one of its threads,
     in clock ticks; None when it is gone."""
@@ -359,6 +370,12 @@ def boot_id() -> str:
         return BOOT_ID.read_text().strip()
     except OSError:
         return ""
+
+
+def other_machines(a: str | None, b: str | None) -> bool:
+    """Whether two recorded boot ids (``boot_id``) say two jobs ran on different machines (or boots of one): both
+    recorded and different; records without one say nothing."""
+    return bool(a and b and a != b)
 
 
 def machine_facts() -> dict[str, Any]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,15 +21,13 @@ from ..loadgen.client import CompletionRequest, RequestRecord, run_burst, run_co
 from ..loadgen.workload import request_shapes, set_key
 from ..metrics import MetricsSampler, summarize_samples
 from ..nvml import GpuBusy
-from ..resources import GpuTelemetry, HostTelemetry, cpu_ticks, gpu_memory
+from ..resources import GpuTelemetry, HostTelemetry, cpu_share, cpu_ticks, gpu_memory
 from ..server import ServerStartError
 from .burst import Burst, BurstFigures, median_ms, pct_ms
 from .cycles import Cell, Progress, Targets, cycle_cells, run_cycles
 from .probes import canary, probe_server
 
 log = logging.getLogger(__name__)
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def requests_of(
@@ -261,8 +258,9 @@ class Measurer:
         b = self._keep(recs, samples, self._burst(cell, cycle, self.order, False, mid, recs, cycle=cycle,
                                                   position=position))  # fmt: skip
         self.order += 1
-        if fe0 is not None and fe1 is not None and w1 > w0:
-            b.metrics["front_end_cpu"] = round((fe1 - fe0) / CLOCK_TICKS / (w1 - w0), 3)
+        share = cpu_share(fe0, fe1, w1 - w0)
+        if share is not None:
+            b.metrics["front_end_cpu"] = share
         if self.telemetry is not None:
             b.metrics.update(self.telemetry.window(w0, w1))
         if self.busy is not None:

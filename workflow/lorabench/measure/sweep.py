@@ -284,6 +284,7 @@ class _Sweep:
         the sweep (a broken server, not a cold one)."""
         st, phases = self.settings, self.settings.phases
         runs: list[RatePoint] = []
+        agreed = False
         for attempt in range(1, PROBE_ATTEMPTS + 1):
             tag = "probe" if attempt == 1 else f"probe-{attempt}"
             reqs = self.source(mix, max(4 * st.probe_concurrency, 64), tag, tag)
@@ -299,9 +300,8 @@ class _Sweep:
                                          probe_attempt=attempt))  # fmt: skip
             runs.append(probe)
             await asyncio.sleep(st.settle_s)
-            if not probe.achieved_per_s > 0 and probe.n_errors:
-                break
-            if len(runs) >= 2 and probes_agree(runs[-2].achieved_per_s, probe.achieved_per_s):
+            agreed = len(runs) >= 2 and probes_agree(runs[-2].achieved_per_s, probe.achieved_per_s)
+            if agreed or (not probe.achieved_per_s > 0 and probe.n_errors):
                 break
             log.info("%s/%s probe %d of at most %d at concurrency %d: %.2f req/s%s", self.server, mix, attempt,
                      PROBE_ATTEMPTS, st.probe_concurrency, probe.achieved_per_s,
@@ -312,11 +312,10 @@ class _Sweep:
                 f"rate_sweep: server {self.server}, mix {mix}: the saturation probe{tries} completed no request in "
                 f"its {phases.duration_s:g} s window ({probe.n_sent} sent, {probe.n_errors} failed): no rate to sweep"
             )
-        if len(runs) < 2 or not probes_agree(runs[-2].achieved_per_s, probe.achieved_per_s):
-            log.warning("%s/%s: no two probes in a row within %.0f %% of each other in %d: the last one's rate is "
-                        "used (%s req/s)", self.server, mix, 100 * PROBE_AGREE, len(runs),
-                        ", ".join(f"{p.achieved_per_s:.2f}" for p in runs))  # fmt: skip
         rates = ", ".join(f"{p.achieved_per_s:.2f}" for p in runs)
+        if not agreed:
+            log.warning("%s/%s: no two probes in a row within %.0f %% of each other in %d: the last one's rate is "
+                        "used (%s req/s)", self.server, mix, 100 * PROBE_AGREE, len(runs), rates)  # fmt: skip
         log.info("%s/%s probe at concurrency %d: %.2f req/s (%d probes: %s)", self.server, mix, st.probe_concurrency,
                  probe.achieved_per_s, len(runs), rates)  # fmt: skip
         return SweepResult(self.server, mix, probe.achieved_per_s, probe, [], settings=st.to_json(),
