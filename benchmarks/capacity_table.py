@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             print(f"  {r['server']:<18} {r['capacity']:>9} {r['interval']:>18} {r['coverage']:>6} {r['probe_rate']:>7} "
                   f"{r['goodput']:>8}  {r['lora_cost']}")  # fmt: skip
+            if r["limit"]:
+                print(f"  {'':<18} set by {r['limit']}")
             if r["host"]:
                 print(f"  {'':<18} at capacity: {r['host']}")
         print(f"  finding: {m['finding']}")

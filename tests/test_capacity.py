@@ -119,9 +119,39 @@ def test_the_sizing_sentence_names_the_best_configuration(study):
     base, z = sizing_findings(rows, SERVERS, SLO, {"z": {"adapters": ["a", "b"], "assignment": "zipf"}})
     assert base.startswith("For mix base, off (vllm, LoRA off) serves the most") and "next l2 at 4.40" in base
     assert "Enabling LoRA costs l2 -12 %" in base
+    assert "(95 % interval 5.00-5.00, 6 cycles; set by p99 TTFT in 6 of 6 cycles)" in base
     assert z.startswith("For mix z (2 adapters, Zipf s=1.1), l4 (vllm, LoRA on, 4 slots)") and "at least 6.00" in z
     # the intervals are single values here (identical cycles): apart
     assert "the intervals apart" in z
+
+
+def test_the_term_that_set_capacity_is_named_cycle_by_cycle(tmp_path):
+    """4 cycles cross the TTFT bound between 4 and 6 req/s, 2 are over-saturated at 6 (capacity 4)."""
+    ttft = [
+        dataclass_with(point(r, t, cycle=c), server="l2", mix="z") for c in range(4) for r, t in ((4, 80), (6, 180))
+    ]
+    over = [dataclass_with(point(r, 60, over="achieved 70 %" if r == 6 else "", cycle=c), server="l2", mix="z")
+            for c in range(4, SIX) for r in (4, 6)]  # fmt: skip
+    probe = RatePoint.from_json(point(10, 500).to_json() | {"shape": "concurrency", "fraction": None})
+    res = SweepResult("l2", "z", 10.0, probe, [0.4, 0.6], ttft + over, SIX, "")
+    (row,) = capacity_rows([SweepFile.read(write_sweep(tmp_path, "l2", [res.to_json()]))], SERVERS)
+    assert row.limit == "p99 TTFT in 4 of 6 cycles, over-saturation in 2"
+    (text,) = sizing_findings([row], SERVERS, SLO)
+    assert "6 cycles; set by p99 TTFT in 4 of 6 cycles, over-saturation in 2)" in text
+
+
+def test_lora_costs_are_given_per_engine(tmp_path):
+    """vLLM and SGLang each with a LoRA-off and a 2-slot server: the sentence gives both engines' costs."""
+    servers = SERVERS | {"sg-l2": ServerInfo("sglang", True, 2)}
+    paths = [
+        write_sweep(tmp_path, "off", [sweep("off", "base", [[40, 70, 130]] * SIX)]),
+        write_sweep(tmp_path, "l2", [sweep("l2", "z", [[40, 80, 180]] * SIX)]),
+        write_sweep(tmp_path, "sg-off", [sweep("sg-off", "base", [[40, 80, 180]] * SIX)]),
+        write_sweep(tmp_path, "sg-l2", [sweep("sg-l2", "z", [[60, 120, 300]] * SIX)]),
+    ]
+    _, z = sizing_findings(capacity_rows([SweepFile.read(p) for p in paths], servers), servers, SLO)
+    assert "Enabling LoRA costs l2 -12 % of capacity against off/base" in z
+    assert "; sg-l2 -24 % of capacity against sg-off/base" in z  # 3.33 against 4.4
 
 
 def test_a_runner_up_that_is_a_lower_bound_is_not_told_apart(tmp_path):

@@ -207,20 +207,23 @@ def test_capacity_is_interpolated_between_the_last_meeting_and_the_first_failing
     # p99 TTFT crosses 100 ms a fifth of the way from 80 ms at 4/s to 180 ms at 6/s
     assert c.bound == "" and c.capacity_per_s == pytest.approx(4.4)
     assert (c.last_meeting_per_s, c.first_failing_per_s) == (4, 6)
-    assert "TTFT" in c.method
+    assert "TTFT" in c.method and c.limit == "p99 TTFT"
 
 
 def test_capacity_takes_the_lower_crossing_when_both_bounds_fail():
     pts = [point(1, 20, 5), point(4, 80, 10), point(6, 180, 30)]
     c = cycle_capacity(pts, SLO, 0)
     # TTFT crosses at 4.4; ITL (10 -> 30 ms, bound 20) at 5.0
-    assert c.capacity_per_s == pytest.approx(4.4)
+    assert c.capacity_per_s == pytest.approx(4.4) and c.limit == "p99 TTFT"
+    itl = cycle_capacity([point(1, 20, 5), point(4, 30, 10), point(6, 40, 30)], SLO, 0)
+    assert itl.capacity_per_s == pytest.approx(5.0) and itl.limit == "p99 ITL"
 
 
 def test_capacity_stops_at_an_over_saturated_rate_without_interpolating():
     pts = [point(1, 20), point(4, 80), point(6, 90, over="achieved 70 %"), point(8, 60)]
     c = cycle_capacity(pts, SLO, 0)
     assert c.capacity_per_s == 4 and c.bound == "" and "over-saturated" in c.method
+    assert c.limit == "over-saturation"
 
 
 def test_capacity_ignores_a_meeting_rate_above_the_first_failing_one():
@@ -230,9 +233,11 @@ def test_capacity_ignores_a_meeting_rate_above_the_first_failing_one():
 
 def test_capacity_out_of_the_measured_range_is_a_bound():
     below = cycle_capacity([point(1, 200), point(2, 300)], SLO, 0)
-    assert below.bound == "below" and below.capacity_per_s == 1
+    assert below.bound == "below" and below.capacity_per_s == 1 and below.limit == "p99 TTFT"
+    both = cycle_capacity([point(1, 200, 30, over="achieved 70 %")], SLO, 0)
+    assert both.limit == "p99 TTFT and p99 ITL and over-saturation"
     above = cycle_capacity([point(1, 20), point(2, 30)], SLO, 0)
-    assert above.bound == "at_least" and above.capacity_per_s == 2
+    assert above.bound == "at_least" and above.capacity_per_s == 2 and above.limit == ""
 
 
 def test_a_window_without_requests_is_left_out_not_failed():

@@ -6,7 +6,8 @@ only (nothing here measures; the sweep job never imports it).
   probe's rate, and what enabling LoRA costs in capacity against the LoRA-off server of the same engine
   installation.
 - ``sizing_findings``: per mix, one sentence: which server configuration serves the most requests per second
-  within the SLO, whether the runner-up is told apart, and what LoRA costs there.
+  within the SLO, which term of the SLO set its capacity, whether the runner-up is told apart, and what LoRA
+  costs each engine there (its LoRA server serving the most on the mix).
 - ``capacity_plots``: latency against rate per mix (p50 and p99 of TTFT and ITL, ``sweep_plots``) and capacity
   per configuration.
 - ``capacity_model``: all of it as one dict for ``report/templates/sections/capacity.html.j2`` (its keys below).
@@ -45,7 +46,8 @@ what differs between two machines or two boots of one.
   mark, e.g. "<1.2"), ``interval`` ("1.0-1.4"), ``coverage`` ("94 %"), ``cycles`` ("6"), ``censored`` ("1 of
   6"), ``goodput``, ``probe_rate``, ``lora_cost`` ("-12 % (-30 to +5 %)", "" where not computed), ``host``
   (``host_text``: the front end's CPU share and the GPU's busy share at capacity, "" for sweeps without that
-  record), and ``raw`` (``CapacityRow.to_json``);
+  record), ``limit`` (``limit_text``: what set capacity, cycle by cycle, "p99 ITL in 6 of 6 cycles"), and ``raw``
+  (``CapacityRow.to_json``);
 - ``findings``: the sentences, one per mix;
 - ``plots``: ``{"capacity": FILE or None, "latency": {MIX: {"ttft": FILE, "itl": FILE}}}``, file names relative
   to the plot folder;
@@ -150,6 +152,22 @@ def mark_of(cap: Capacity) -> str:
     return ""
 
 
+def limit_text(cap: Capacity) -> str:
+    """What set capacity, cycle by cycle (``CycleCapacity.limit``), the most frequent first: "p99 ITL in 6 of 6
+    cycles", "p99 TTFT in 3 of 6 cycles, over-saturation in 2" (the cycle left over met every rate); "" where no
+    cycle had a failing rate."""
+    counts: dict[str, int] = {}
+    for c in cap.per_cycle:
+        if c.limit:
+            counts[c.limit] = counts.get(c.limit, 0) + 1
+    if not counts:
+        return ""
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])  # stable: ties keep the cycles' order
+    (first, n), rest = ranked[0], ranked[1:]
+    total = sum(1 for c in cap.per_cycle if not math.isnan(c.capacity_per_s))
+    return ", ".join([f"{first} in {n} of {total} cycles"] + [f"{name} in {k}" for name, k in rest])
+
+
 def at_capacity(sweep: SweepResult, cap: Capacity) -> list[RatePoint]:
     """Each cycle's point at its highest rate meeting the SLO (cycles without one left out)."""
     out = []
@@ -208,6 +226,7 @@ class CapacityRow:
     boot_id: str = ""
     front_end_cpu: float = float("nan")  # the front end's CPU share at the highest rates meeting the SLO
     gpu_busy_pct: float = float("nan")  # the GPU's busy share there
+    limit: str = ""  # what set capacity, cycle by cycle (``limit_text``)
 
     @property
     def front_end_bound(self) -> bool:
@@ -258,6 +277,7 @@ def capacity_rows(files: list[SweepFile], servers: dict[str, ServerInfo]) -> lis
                     hi_open=hi_open,
                     front_end_cpu=host.get("front_end_cpu", float("nan")),
                     gpu_busy_pct=host.get("gpu_busy_pct", float("nan")),
+                    limit=limit_text(cap),
                 )  # fmt: skip
             )
     _lora_costs(rows)
@@ -347,6 +367,7 @@ def _row_view(r: CapacityRow, servers: dict[str, ServerInfo]) -> dict[str, Any]:
         "probe_rate": _num(r.max_rate_per_s) if r.ok else "",
         "lora_cost": cost,
         "host": host_text(r) if r.ok else "",
+        "limit": r.limit if r.ok else "",
         "raw": r.to_json(),
     }
 
@@ -362,6 +383,10 @@ def host_text(r: CapacityRow) -> str:
     return ", ".join(parts)
 
 
+def _set_by(r: CapacityRow) -> str:
+    return f"; set by {r.limit}" if r.limit else ""
+
+
 def sizing_finding(mix: str, rows: list[CapacityRow], servers: dict[str, ServerInfo], slo: Slo, about: str = "") -> str:
     """One sentence for one mix: the configuration serving the most requests per second within the SLO."""
     ranked = sorted((r for r in rows if r.mix == mix and r.ok and r.mark != "<"), key=lambda r: -r.capacity_per_s)
@@ -373,7 +398,8 @@ def sizing_finding(mix: str, rows: list[CapacityRow], servers: dict[str, ServerI
     bound = "at least " if best.mark == ">=" else ""
     text = (
         f"For {what}, {best.server} ({cfg}) serves the most within {slo_text(slo)}: {bound}"
-        f"{_num(best.capacity_per_s)} requests/s (95 % interval {interval_text(best)}, {best.n} cycles)"
+        f"{_num(best.capacity_per_s)} requests/s (95 % interval {interval_text(best)}, {best.n} cycles"
+        f"{_set_by(best)})"
     )
     if best.front_end_bound:
         text += (
@@ -391,16 +417,20 @@ def sizing_finding(mix: str, rows: list[CapacityRow], servers: dict[str, ServerI
         if other_machines(best.boot_id, nxt.boot_id):
             # each interval covers what moves within its sweep, not what moves between two machines
             verdict += ", but the two sweeps ran on different machines, which the intervals do not cover"
-        figure = f"{nxt.mark}{_num(nxt.capacity_per_s)} ({interval_text(nxt)})"
+        figure = f"{nxt.mark}{_num(nxt.capacity_per_s)} ({interval_text(nxt)}{_set_by(nxt)})"
         text += f"; next {nxt.server} at {figure}, {verdict}"
-    costs = [r for r in rows if r.mix == mix and not math.isnan(r.lora_cost_pct)]
-    if costs:
-        c = max(costs, key=lambda r: r.capacity_per_s)
+    with_cost = sorted((r for r in rows if r.mix == mix and not math.isnan(r.lora_cost_pct)),
+                       key=lambda r: -r.capacity_per_s)  # fmt: skip
+    costs = []  # per engine installation, its LoRA server serving the most on this mix
+    for engine in dict.fromkeys(r.engine for r in with_cost):
+        c = next(r for r in with_cost if r.engine == engine)
         across = ", the two sweeps on different machines" if c.lora_cost_across_machines else ""
-        text += (
-            f". Enabling LoRA costs {c.server} {c.lora_cost_mark}{_pct(c.lora_cost_pct)} of capacity against "
-            f"{c.lora_reference} (range {cost_range_text(c)}{across})"
+        costs.append(
+            f"{c.server} {c.lora_cost_mark}{_pct(c.lora_cost_pct)} of capacity against {c.lora_reference} "
+            f"(range {cost_range_text(c)}{across})"
         )
+    if costs:
+        text += ". Enabling LoRA costs " + "; ".join(costs)
     return text + "."
 
 

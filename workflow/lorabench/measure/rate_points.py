@@ -414,7 +414,9 @@ class CycleCapacity:
     (capacity is below ``capacity_per_s``); "at_least" every rate meets (capacity is at least it); "none" no
     point measured anything (capacity NaN, left out of the interval). ``upper_per_s``: the highest the cycle's
     capacity may be where its figure is the last meeting rate before an over-saturated one (that rate); NaN
-    elsewhere, where the figure is its own upper end (``upper``)."""
+    elsewhere, where the figure is its own upper end (``upper``). ``limit``: what ended the cycle's capacity, the
+    terms its first failing rate missed ("p99 TTFT", "p99 ITL", "over-saturation", joined by " and " where it
+    missed more than one; the one interpolated in where two were), "" where every rate met or none measured."""
 
     cycle: int
     capacity_per_s: float
@@ -423,10 +425,24 @@ class CycleCapacity:
     first_failing_per_s: float
     method: str
     upper_per_s: float = float("nan")
+    limit: str = ""
 
     @property
     def upper(self) -> float:
         return self.capacity_per_s if math.isnan(self.upper_per_s) else self.upper_per_s
+
+
+def limit_of(point: RatePoint, slo: Slo) -> str:
+    """The terms a failing point missed, by name ("p99 ITL", "p99 TTFT and over-saturation"); "" where it met."""
+    names = [
+        n
+        for n, bound, v in (
+            ("p99 TTFT", slo.ttft_p99_ms, point.ttft_ms_p99),
+            ("p99 ITL", slo.itl_p99_ms, point.itl_ms_p99),
+        )
+        if bound is not None and not v <= bound
+    ]
+    return " and ".join(names + (["over-saturation"] if point.over_saturated else []))  # fmt: skip
 
 
 def cycle_capacity(points: list[RatePoint], slo: Slo, cycle: int) -> CycleCapacity:
@@ -444,12 +460,15 @@ def cycle_capacity(points: list[RatePoint], slo: Slo, cycle: int) -> CycleCapaci
     if fail == 0:
         low = pts[0]
         why = "; ".join(low.missed(slo))
-        return CycleCapacity(cycle, low.rate_per_s, "below", nan, low.rate_per_s, f"the lowest rate fails ({why})")
+        return CycleCapacity(
+            cycle, low.rate_per_s, "below", nan, low.rate_per_s, f"the lowest rate fails ({why})",
+            limit=limit_of(low, slo),
+        )  # fmt: skip
     m, f = pts[fail - 1], pts[fail]
     if f.over_saturated:
         return CycleCapacity(
             cycle, m.rate_per_s, "", m.rate_per_s, f.rate_per_s, "last meeting rate (the next is over-saturated)",
-            upper_per_s=f.rate_per_s,
+            upper_per_s=f.rate_per_s, limit="over-saturation",
         )  # fmt: skip
     crossings = []
     for name, bound, vm, vf in (
@@ -460,9 +479,13 @@ def cycle_capacity(points: list[RatePoint], slo: Slo, cycle: int) -> CycleCapaci
             continue
         crossings.append((m.rate_per_s + (bound - vm) / (vf - vm) * (f.rate_per_s - m.rate_per_s), name))
     if not crossings:  # the failing rate measured no latency to interpolate
-        return CycleCapacity(cycle, m.rate_per_s, "", m.rate_per_s, f.rate_per_s, "last meeting rate")
+        return CycleCapacity(
+            cycle, m.rate_per_s, "", m.rate_per_s, f.rate_per_s, "last meeting rate", limit=limit_of(f, slo)
+        )
     cap, name = min(crossings)
-    return CycleCapacity(cycle, cap, "", m.rate_per_s, f.rate_per_s, f"linear in {name} between the two rates")
+    return CycleCapacity(
+        cycle, cap, "", m.rate_per_s, f.rate_per_s, f"linear in {name} between the two rates", limit=name
+    )
 
 
 @dataclass
