@@ -92,6 +92,8 @@ def test_rate_sweep_defaults_and_the_mixes_each_server_sweeps():
     assert st.slo == Slo(ttft_p99_ms=500) and st.over_saturation.ttft_growth_factor == 2.0
     assert st.over_saturation.ttft_growth_alpha == 0.001
     assert st.phases.total_s == rs["warmup_s"] + rs["duration_s"] + rs["drain_s"]
+    tpot = check(copy.deepcopy(DEFAULT) | {"rate_sweep": copy.deepcopy(SWEEP) | {"slo": {"tpot_p99_ms": 40}}})
+    assert SweepSettings.from_config(tpot["rate_sweep"], 0, 60).slo == Slo(tpot_p99_ms=40)
 
 
 @pytest.mark.parametrize(
@@ -101,6 +103,8 @@ def test_rate_sweep_defaults_and_the_mixes_each_server_sweeps():
         ({"servers": ["nope"]}, "rate_sweep.servers: unknown server 'nope'"),
         ({"mixes": ["zz"]}, "rate_sweep.mixes: unknown condition 'zz'"),
         ({"slo": {}}, "rate_sweep.slo"),
+        ({"slo": {"tpot_p99_ms": 0}}, "rate_sweep.slo.tpot_p99_ms"),
+        ({"slo": {"tpot_ms": 40}}, "rate_sweep.slo.tpot_ms"),
         ({"points": 1}, "rate_sweep.points"),
         ({"over_saturation": {"min_achieved_fraction": 1.5}}, "rate_sweep.over_saturation.min_achieved_fraction"),
         ({"servers": ["lora-off"], "mixes": ["ab"]}, "rate_sweep.servers: 'lora-off' can serve none"),

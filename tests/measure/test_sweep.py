@@ -198,7 +198,41 @@ def test_a_steady_run_is_not_over_saturated_and_counts_goodput():
     assert p.over_saturated == ""
     assert p.achieved_per_s == pytest.approx(20.0, abs=0.4)
     assert p.goodput_per_s == pytest.approx(0.75 * p.achieved_per_s, abs=0.4)
-    assert p.itl_ms_p99 == pytest.approx(5.0)
+    assert p.itl_ms_p99 == pytest.approx(5.0) and p.tpot_ms_p99 == pytest.approx(5.0)
+
+
+def test_tpot_is_each_requests_mean_gap_and_its_own_slo_term():
+    """Every tenth request has one 200 ms stall among 9 gaps of 5 ms: p99 ITL (over gaps) is the stall's order,
+    p99 TPOT (over requests) about (200 + 8 x 5) / 9 = 26.7 ms. An SLO on ITL at 50 ms fails the point; one on TPOT
+    at 50 ms does not."""
+    t0 = 50.0
+    sent = []
+    for i in range(100):
+        s = i / 20
+        r = _rec(i, t0 + s, 0.03, t0 + s + 0.3)
+        r.itl_s = [0.005] * 8 + [0.2 if i % 10 == 0 else 0.005]
+        sent.append(Sent(r, scheduled_s=s, send_lag_s=0.001))
+    run = OpenLoopRun("poisson", Phases(0.5, 4.0, 0.5), t0, sent, rate_per_s=20.0, max_send_lag_s=0.01)
+    itl_slo, tpot_slo = Slo(itl_p99_ms=50.0), Slo(tpot_p99_ms=50.0)
+    p = RatePoint.of_run(run, server="s", mix="m", cycle=0, position=0, fraction=0.5, slo=tpot_slo, over=OVER)
+    assert p.itl_ms_p99 > 50 and p.tpot_ms_p99 == pytest.approx(26.7, abs=0.1) and p.tpot_ms_p50 == pytest.approx(5.0)
+    assert [m.split(" ")[1] for m in p.missed(itl_slo)] == ["ITL"] and p.missed(tpot_slo) == []
+    assert p.goodput_per_s == pytest.approx(p.achieved_per_s)  # every request's mean within 50 ms
+    assert RatePoint.from_json(p.to_json()).tpot_ms_p99 == p.tpot_ms_p99
+    # capacity with the TPOT term: interpolated in it, and named
+    c = cycle_capacity([dataclass_with(point(r, 20), tpot_ms_p99=t) for r, t in ((2, 20.0), (4, 30.0), (6, 70.0))],
+                       tpot_slo, 0)  # fmt: skip
+    assert c.capacity_per_s == pytest.approx(5.0) and c.limit == "p99 TPOT"
+    assert cycle_capacity([point(2, 20)], tpot_slo, 0).limit == "p99 TPOT"  # a sweep from before TPOT: not measured
+
+
+def test_the_slo_reads_writes_and_says_its_terms():
+    assert Slo(500, 50).text == "p99 TTFT <= 500 ms and p99 ITL <= 50 ms"
+    assert Slo(500, tpot_p99_ms=40).text == "p99 TTFT <= 500 ms and p99 TPOT <= 40 ms"
+    assert Slo(500, 50).to_json() == {"ttft_p99_ms": 500, "itl_p99_ms": 50}  # as before the TPOT term
+    assert Slo.from_json(Slo(500, None, 40).to_json()) == Slo(500, None, 40)
+    with pytest.raises(ValueError, match="tpot_p99_ms"):
+        Slo()
 
 
 def test_capacity_is_interpolated_between_the_last_meeting_and_the_first_failing_rate():

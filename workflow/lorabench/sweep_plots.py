@@ -19,6 +19,7 @@ from .plots import _save  # noqa: E402
 METRICS = {
     "ttft": ("TTFT", "ttft_ms"),
     "itl": ("inter-token latency", "itl_ms"),
+    "tpot": ("time per output token (per request)", "tpot_ms"),
     "e2e": ("end-to-end latency", "e2e_ms"),
 }
 
@@ -69,7 +70,7 @@ def latency_vs_rate(results: list[SweepResult], out: Path, metric: str = "ttft",
         runs = [p for p in res.points if p.measured]
         ax.plot([p.rate_per_s for p in runs], [getattr(p, f"{prefix}_p99") for p in runs], ".", color=colour,
                 ms=3, alpha=0.35, label=f"{label} p99, each run")  # fmt: skip
-    bound = {"ttft": slo.ttft_p99_ms, "itl": slo.itl_p99_ms}.get(metric) if slo else None
+    bound = {"ttft": slo.ttft_p99_ms, "itl": slo.itl_p99_ms, "tpot": slo.tpot_p99_ms}.get(metric) if slo else None
     if bound:
         ax.axhline(bound, color="grey", lw=1, ls=":", label=f"SLO p99 {bound:g} ms")
     ax.set_yscale("log")
@@ -115,9 +116,7 @@ def capacity_by_config(capacities: list[Capacity], out: Path) -> Path | None:
     ax.set_yticks(ticks, labels, fontsize=8)
     ax.invert_yaxis()
     slo = caps[0].slo
-    within = ", ".join(
-        f"p99 {name} <= {v:g} ms" for name, v in (("TTFT", slo.ttft_p99_ms), ("ITL", slo.itl_p99_ms)) if v is not None
-    )
+    within = slo.text
     ax.set_xlabel(
         "requests/s within the SLO: median over cycles and its 95 % interval\n"
         "hatched: a cycle out of the measured rates; an arrow: that end of the interval is a bound",

@@ -20,11 +20,12 @@ Over-saturation (``OverSaturation.judge``), either rule:
 
 Latency figures of a point are pooled over its window's successful requests (TTFT and end-to-end latency one
 value per request, inter-token latencies one per gap), percentiles by linear interpolation. Achieved throughput
-and goodput count the successful requests that finished inside the window, per second of window. A request
-meets the SLO when its TTFT is within ``slo.ttft_p99_ms`` and its mean inter-token latency (vLLM's TPOT) within
-``slo.itl_p99_ms``; goodput is those requests per second. A point meets the SLO when its p99 TTFT and p99 ITL are
-within the bounds and it is not over-saturated (an over-saturated run's latencies leave out the requests it never
-finished, so they read low).
+and goodput count the successful requests that finished inside the window, per second of window. TPOT is
+per request, its mean inter-token latency, and its percentiles are over the window's requests. A request meets the
+SLO when its TTFT is within ``slo.ttft_p99_ms`` and its mean inter-token latency within ``slo.itl_p99_ms`` and
+``slo.tpot_p99_ms``; goodput is those requests per second. A point meets the SLO when each p99 the SLO bounds
+(TTFT, ITL, TPOT) is within its bound and it is not over-saturated (an over-saturated run's latencies leave out the
+requests it never finished, so they read low).
 
 Capacity at the SLO (``Capacity.of``), per cycle: the rates ascending, the first failing rate ends the search (a
 rate meeting the SLO above a failing one is taken as noise); capacity is interpolated between the last meeting
@@ -91,43 +92,67 @@ def _ms(values: list[float]) -> list[float]:
     return [1000.0 * v for v in values if not math.isnan(v)]
 
 
+# The SLO's terms: (name, the Slo field bounding it, the RatePoint field it bounds)
+SLO_TERMS = (
+    ("p99 TTFT", "ttft_p99_ms", "ttft_ms_p99"),
+    ("p99 ITL", "itl_p99_ms", "itl_ms_p99"),
+    ("p99 TPOT", "tpot_p99_ms", "tpot_ms_p99"),
+)
+
+
 @dataclass(frozen=True)
 class Slo:
-    """The latency target: p99 TTFT and p99 inter-token latency in milliseconds (a bound left out is not
-    checked)."""
+    """The latency target, in milliseconds: p99 TTFT, p99 inter-token latency over every gap of the window's
+    requests (ITL), and p99 over the requests of each one's mean inter-token latency (TPOT, MLPerf's and vLLM's
+    "time per output token"); a bound left out is not checked. ITL catches single stalls (one long gap in a
+    hundred fails it), TPOT only streams slow on the whole."""
 
     ttft_p99_ms: float | None = None
     itl_p99_ms: float | None = None
+    tpot_p99_ms: float | None = None
 
     def __post_init__(self) -> None:
-        if self.ttft_p99_ms is None and self.itl_p99_ms is None:
-            raise ValueError("slo: give ttft_p99_ms, itl_p99_ms or both")
+        if not self.bounds():
+            raise ValueError("slo: give at least one of ttft_p99_ms, itl_p99_ms, tpot_p99_ms")
+
+    def bounds(self) -> list[tuple[str, float, str]]:
+        """The terms given: (name, bound in ms, the RatePoint field it bounds)."""
+        return [(name, getattr(self, f), attr) for name, f, attr in SLO_TERMS if getattr(self, f) is not None]
+
+    @property
+    def text(self) -> str:
+        """ "p99 TTFT <= 500 ms and p99 ITL <= 50 ms"."""
+        return " and ".join(f"{name} <= {bound:g} ms" for name, bound, _ in self.bounds())
 
     def to_json(self) -> dict[str, Any]:
-        return {"ttft_p99_ms": self.ttft_p99_ms, "itl_p99_ms": self.itl_p99_ms}
+        d = {"ttft_p99_ms": self.ttft_p99_ms, "itl_p99_ms": self.itl_p99_ms}
+        if self.tpot_p99_ms is not None:  # an SLO without it writes as before the term existed
+            d["tpot_p99_ms"] = self.tpot_p99_ms
+        return d
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Slo:
-        return cls(data.get("ttft_p99_ms"), data.get("itl_p99_ms"))
+        return cls(data.get("ttft_p99_ms"), data.get("itl_p99_ms"), data.get("tpot_p99_ms"))
 
     def request_meets(self, rec: RequestRecord) -> bool:
-        """A successful request whose TTFT and mean inter-token latency are within the bounds."""
+        """A successful request whose TTFT and mean inter-token latency are within the bounds (the mean against
+        the ITL bound and the TPOT bound alike: one request has no p99 of its own)."""
         if not rec.ok:
             return False
         if self.ttft_p99_ms is not None and not 1000 * rec.ttft_s <= self.ttft_p99_ms:
             return False
-        if self.itl_p99_ms is not None and rec.itl_s and not 1000 * statistics.fmean(rec.itl_s) <= self.itl_p99_ms:
-            return False
+        for bound in (self.itl_p99_ms, self.tpot_p99_ms):
+            if bound is not None and rec.itl_s and not 1000 * statistics.fmean(rec.itl_s) <= bound:
+                return False
         return True
 
-    def missed(self, ttft_p99_ms: float, itl_p99_ms: float) -> list[str]:
+    def missed(self, point: Any) -> list[str]:
         """The bounds a point's p99 latencies miss (a latency not measured misses its bound)."""
-        out = []
-        if self.ttft_p99_ms is not None and not ttft_p99_ms <= self.ttft_p99_ms:
-            out.append(f"p99 TTFT {ttft_p99_ms:.1f} ms > {self.ttft_p99_ms:g} ms")
-        if self.itl_p99_ms is not None and not itl_p99_ms <= self.itl_p99_ms:
-            out.append(f"p99 ITL {itl_p99_ms:.1f} ms > {self.itl_p99_ms:g} ms")
-        return out
+        return [
+            f"{name} {getattr(point, attr):.1f} ms > {bound:g} ms"
+            for name, bound, attr in self.bounds()
+            if not getattr(point, attr) <= bound
+        ]
 
 
 @dataclass(frozen=True)
@@ -252,6 +277,10 @@ class RatePoint:
     # what the server's host did over the run (ramp to drain), where the job could read it: ``front_end_cpu`` the
     # share of one CPU its HTTP front end used, ``gpu_busy_pct`` the GPU's busy share (empty in sweeps before it)
     host: dict[str, float] = field(default_factory=dict)
+    # per request, its mean inter-token latency (TPOT); percentiles over the window's requests (NaN in sweeps before)
+    tpot_ms_p50: float = float("nan")
+    tpot_ms_p90: float = float("nan")
+    tpot_ms_p99: float = float("nan")
 
     @classmethod
     def of_run(
@@ -270,9 +299,10 @@ class RatePoint:
         kept = [r for r in run.window() if r.ok]
         completed = run.completed_in_window()
         started = run.started_in_window()
-        ttft, itl, e2e = (
+        ttft, itl, tpot, e2e = (
             _ms([r.ttft_s for r in kept]),
             _ms([x for r in kept for x in r.itl_s]),
+            _ms([statistics.fmean(r.itl_s) for r in kept if r.itl_s]),
             _ms([r.latency_s for r in kept]),
         )
         lags = _ms(run.send_lags_s())
@@ -287,7 +317,7 @@ class RatePoint:
             due = run.scheduled_in_window(statistics.median(r.latency_s for r in completed))
         q: dict[str, Any] = {
             f"{name}_ms_p{p}": percentile(vals, p)
-            for name, vals in (("ttft", ttft), ("itl", itl), ("e2e", e2e))
+            for name, vals in (("ttft", ttft), ("itl", itl), ("tpot", tpot), ("e2e", e2e))
             for p in QUANTILES
         }
         return cls(
@@ -329,7 +359,7 @@ class RatePoint:
 
     def missed(self, slo: Slo) -> list[str]:
         """Why this point fails the SLO (empty where it meets it)."""
-        out = slo.missed(self.ttft_ms_p99, self.itl_ms_p99)
+        out = slo.missed(self)
         if self.over_saturated:
             out.append("over-saturated")
         return out
@@ -434,15 +464,8 @@ class CycleCapacity:
 
 def limit_of(point: RatePoint, slo: Slo) -> str:
     """The terms a failing point missed, by name ("p99 ITL", "p99 TTFT and over-saturation"); "" where it met."""
-    names = [
-        n
-        for n, bound, v in (
-            ("p99 TTFT", slo.ttft_p99_ms, point.ttft_ms_p99),
-            ("p99 ITL", slo.itl_p99_ms, point.itl_ms_p99),
-        )
-        if bound is not None and not v <= bound
-    ]
-    return " and ".join(names + (["over-saturation"] if point.over_saturated else []))  # fmt: skip
+    names = [name for name, bound, attr in slo.bounds() if not getattr(point, attr) <= bound]
+    return " and ".join(names + (["over-saturation"] if point.over_saturated else []))
 
 
 def cycle_capacity(points: list[RatePoint], slo: Slo, cycle: int) -> CycleCapacity:
@@ -471,11 +494,9 @@ def cycle_capacity(points: list[RatePoint], slo: Slo, cycle: int) -> CycleCapaci
             upper_per_s=f.rate_per_s, limit="over-saturation",
         )  # fmt: skip
     crossings = []
-    for name, bound, vm, vf in (
-        ("p99 TTFT", slo.ttft_p99_ms, m.ttft_ms_p99, f.ttft_ms_p99),
-        ("p99 ITL", slo.itl_p99_ms, m.itl_ms_p99, f.itl_ms_p99),
-    ):
-        if bound is None or not vf > bound or math.isnan(vm) or vm > bound:
+    for name, bound, attr in slo.bounds():
+        vm, vf = getattr(m, attr), getattr(f, attr)
+        if not vf > bound or math.isnan(vm) or vm > bound:
             continue
         crossings.append((m.rate_per_s + (bound - vm) / (vf - vm) * (f.rate_per_s - m.rate_per_s), name))
     if not crossings:  # the failing rate measured no latency to interpolate
