@@ -121,7 +121,7 @@ class Slo:
 
     @property
     def text(self) -> str:
-        """ "p99 TTFT <= 500 ms and p99 ITL <= 50 ms"."""
+        """The bounds in words: "p99 TTFT <= 500 ms and p99 ITL <= 50 ms"."""
         return " and ".join(f"{name} <= {bound:g} ms" for name, bound, _ in self.bounds())
 
     def to_json(self) -> dict[str, Any]:
@@ -146,7 +146,7 @@ class Slo:
                 return False
         return True
 
-    def missed(self, point: Any) -> list[str]:
+    def missed(self, point: RatePoint) -> list[str]:
         """The bounds a point's p99 latencies miss (a latency not measured misses its bound)."""
         return [
             f"{name} {getattr(point, attr):.1f} ms > {bound:g} ms"
