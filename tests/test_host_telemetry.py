@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lorabench.resources import CLOCK_TICKS, HostTelemetry, cpu_share, other_machines
+from lorabench.resources import CLOCK_TICKS, HostTelemetry, cpu_identity, cpu_share, machine_facts, other_machines
 from lorabench.summary import summarize_cell
 
 from .support.scripts import benchmark
@@ -187,3 +187,31 @@ def test_cpu_share_and_machines_from_what_was_read():
     assert cpu_share(0, 3 * CLOCK_TICKS, 2.0) == 1.5
     assert cpu_share(None, 5, 1.0) is None and cpu_share(1, 5, 0.0) is None
     assert other_machines("a", "b") and not other_machines("a", "a") and not other_machines("", "b")
+
+
+CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 17
+model name\t: AMD EPYC
+stepping\t: 1
+flags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_vnni avx512_bf16 sha_ni
+
+processor\t: 1
+cpu family\t: 99
+model name\t: other
+flags\t\t: fpu
+"""
+
+
+def test_the_cpu_is_told_apart_by_generation_and_vector_extensions():
+    """Two hosts that both say "AMD EPYC" differ in family/model and in the extensions CPU kernels use."""
+    ident = cpu_identity(CPUINFO)
+    assert ident == {
+        "cpu": "AMD EPYC",
+        "cpu_id": "cpu family 25 model 17 stepping 1",
+        "cpu_isa": ["avx2", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16"],
+    }
+    assert cpu_identity("") == {"cpu": "", "cpu_id": "", "cpu_isa": []}
+    facts = machine_facts()
+    assert {"cpu", "cpu_id", "cpu_isa", "boot_id"} <= set(facts) and isinstance(facts["cpu_isa"], list)

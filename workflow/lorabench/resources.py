@@ -378,20 +378,35 @@ def other_machines(a: str | None, b: str | None) -> bool:
     return bool(a and b and a != b)
 
 
+# The vector extensions CPU inference kernels choose between (vLLM's CPU backend among them): two hosts that name
+# the same CPU family ("AMD EPYC") may differ in these and run the same model at different relative speeds.
+CPU_ISA = ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+
+
+def cpu_identity(cpuinfo: str) -> dict[str, Any]:
+    """From /proc/cpuinfo's first processor: its model name, "family F model M stepping S" (which generation a
+    name like "AMD EPYC" is), and which of ``CPU_ISA`` it has."""
+    first = cpuinfo.split("\n\n", 1)[0]
+    fields: dict[str, str] = {}
+    for line in first.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    ident = " ".join(f"{k} {fields[k]}" for k in ("cpu family", "model", "stepping") if k in fields)
+    return {"cpu": fields.get("model name", ""), "cpu_id": ident, "cpu_isa": [f for f in CPU_ISA if f in flags]}
+
+
 def machine_facts() -> dict[str, Any]:
-    cpu = ""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        cpu = cpu_identity(Path("/proc/cpuinfo").read_text())
     except OSError:
-        pass
+        cpu = {"cpu": "", "cpu_id": "", "cpu_isa": []}
     gpus = gpu_memory()
     return {
         "hostname": platform.node(),
         "platform": platform.platform(),
-        "cpu": cpu,
+        **cpu,
         "cpu_count": os.cpu_count(),
         "gpus": gpus,
         "hardware": "gpu" if gpus else "cpu",

@@ -608,6 +608,9 @@ def _fact_row(server: str, f: ServerFacts) -> dict[str, Any]:
         "hardware": machine.get("hardware"),
         "device": (machine.get("gpus") or [{}])[0].get("name") or machine.get("cpu"),
         "boot_id": machine.get("boot_id") or None,  # which machine (resources.boot_id); none in older facts
+        # which CPU: generation and vector extensions (resources.cpu_identity); none in older facts
+        "cpu_id": machine.get("cpu_id") or None,
+        "cpu_isa": " ".join(machine.get("cpu_isa") or []) or None,
         "models_listed_ok": models_listed_ok(probes, list(f.config.get("adapters") or [])),
         **{f"time_{k}": v for k, v in (f.timing or {}).items()},
         "wrong_model_status": probes.get("wrong_model_status"),
