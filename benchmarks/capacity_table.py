@@ -28,6 +28,7 @@ from lorabench.capacity import ServerInfo, SweepFile, capacity_model  # noqa: E4
 from lorabench.config import load_file  # noqa: E402
 from lorabench.io import read_jsonl, stored  # noqa: E402
 from lorabench.loadgen.arrivals import percentile  # noqa: E402
+from lorabench.measure.rate_points import SLO_TERMS  # noqa: E402
 from lorabench.measure.sweep import Capacity, Slo  # noqa: E402
 
 
@@ -51,11 +52,12 @@ def by_adapter(sweep_json: Path) -> list[str]:
 
 def parse_slo(text: str) -> Slo:
     """``ttft_p99_ms=500,tpot_p99_ms=50`` -> Slo; a term not named is not checked."""
+    known = [field for _, field, _ in SLO_TERMS]
     terms = {}
     for part in text.split(","):
         key, _, value = part.partition("=")
-        if key.strip() not in ("ttft_p99_ms", "itl_p99_ms", "tpot_p99_ms") or not value:
-            raise SystemExit(f"--slo: {part!r}: give TERM=MS, TERM one of ttft_p99_ms, itl_p99_ms, tpot_p99_ms")
+        if key.strip() not in known or not value:
+            raise SystemExit(f"--slo: {part!r}: give TERM=MS, TERM one of {', '.join(known)}")
         terms[key.strip()] = float(value)
     return Slo(**terms)
 

@@ -62,6 +62,7 @@ from __future__ import annotations
 import logging
 import math
 import statistics
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -157,14 +158,10 @@ def limit_text(cap: Capacity) -> str:
     """What set capacity, cycle by cycle (``CycleCapacity.limit``), the most frequent first: "p99 ITL in 6 of 6
     cycles", "p99 TTFT in 3 of 6 cycles, over-saturation in 2" (the cycle left over met every rate); "" where no
     cycle had a failing rate."""
-    counts: dict[str, int] = {}
-    for c in cap.per_cycle:
-        if c.limit:
-            counts[c.limit] = counts.get(c.limit, 0) + 1
+    counts = Counter(c.limit for c in cap.per_cycle if c.limit)
     if not counts:
         return ""
-    ranked = sorted(counts.items(), key=lambda kv: -kv[1])  # stable: ties keep the cycles' order
-    (first, n), rest = ranked[0], ranked[1:]
+    (first, n), *rest = counts.most_common()  # ties keep the cycles' order
     total = sum(1 for c in cap.per_cycle if not math.isnan(c.capacity_per_s))
     return ", ".join([f"{first} in {n} of {total} cycles"] + [f"{name} in {k}" for name, k in rest])
 

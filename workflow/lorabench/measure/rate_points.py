@@ -146,12 +146,14 @@ class Slo:
                 return False
         return True
 
+    def missed_bounds(self, point: RatePoint) -> list[tuple[str, float, str]]:
+        """The terms (as ``bounds``) a point's p99 latencies miss (a latency not measured misses its bound)."""
+        return [(name, bound, attr) for name, bound, attr in self.bounds() if not getattr(point, attr) <= bound]
+
     def missed(self, point: RatePoint) -> list[str]:
-        """The bounds a point's p99 latencies miss (a latency not measured misses its bound)."""
+        """The bounds a point misses, in words ("p99 ITL 67.0 ms > 50 ms")."""
         return [
-            f"{name} {getattr(point, attr):.1f} ms > {bound:g} ms"
-            for name, bound, attr in self.bounds()
-            if not getattr(point, attr) <= bound
+            f"{name} {getattr(point, attr):.1f} ms > {bound:g} ms" for name, bound, attr in self.missed_bounds(point)
         ]
 
 
@@ -464,7 +466,7 @@ class CycleCapacity:
 
 def limit_of(point: RatePoint, slo: Slo) -> str:
     """The terms a failing point missed, by name ("p99 ITL", "p99 TTFT and over-saturation"); "" where it met."""
-    names = [name for name, bound, attr in slo.bounds() if not getattr(point, attr) <= bound]
+    names = [name for name, _, _ in slo.missed_bounds(point)]
     return " and ".join(names + (["over-saturation"] if point.over_saturated else []))
 
 
