@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # /proc ticks per second
+
 
 def nvidia_smi(*args: str) -> str | None:
     """What ``nvidia-smi ARGS`` prints, or None where there is no NVIDIA GPU (or the call fails)."""
@@ -144,7 +146,6 @@ class HostTelemetry:
 
     def __init__(self, pgid: int | None) -> None:
         self.pgid = pgid
-        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self.top: tuple[int, int] | None = None  # (pid, tid) of the last window's busiest thread
 
     @staticmethod
@@ -256,9 +257,9 @@ class HostTelemetry:
             tid = max(used, key=lambda t: used[t][1])
             name, ticks, nv, vol = used[tid]
             out.update(
-                engine_cpus=round(sum(v[1] for v in used.values()) / self.tick / secs, 2),
+                engine_cpus=round(sum(v[1] for v in used.values()) / CLOCK_TICKS / secs, 2),
                 engine_top_thread=name,
-                engine_top_thread_pct=round(100 * ticks / self.tick / secs, 1),
+                engine_top_thread_pct=round(100 * ticks / CLOCK_TICKS / secs, 1),
                 engine_top_thread_preempted_per_s=round(nv / secs, 1),
                 engine_top_thread_waits_per_s=round(vol / secs, 1),
             )
@@ -321,9 +322,6 @@ def group_threads(pgid: int) -> dict[int, list[int]]:
         except OSError:
             continue
     return out
-
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def cpu_share(ticks0: int | None, ticks1: int | None, seconds: float) -> float | None:

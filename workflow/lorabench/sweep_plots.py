@@ -70,7 +70,7 @@ def latency_vs_rate(results: list[SweepResult], out: Path, metric: str = "ttft",
         runs = [p for p in res.points if p.measured]
         ax.plot([p.rate_per_s for p in runs], [getattr(p, f"{prefix}_p99") for p in runs], ".", color=colour,
                 ms=3, alpha=0.35, label=f"{label} p99, each run")  # fmt: skip
-    bound = {"ttft": slo.ttft_p99_ms, "itl": slo.itl_p99_ms, "tpot": slo.tpot_p99_ms}.get(metric) if slo else None
+    bound = getattr(slo, f"{metric}_p99_ms", None) if slo else None  # e2e has none
     if bound:
         ax.axhline(bound, color="grey", lw=1, ls=":", label=f"SLO p99 {bound:g} ms")
     ax.set_yscale("log")
