@@ -154,6 +154,22 @@ def test_lora_costs_are_given_per_engine(tmp_path):
     assert "; sg-l2 -24 % of capacity against sg-off/base" in z  # 3.33 against 4.4
 
 
+def test_a_lora_off_capacity_that_is_a_lower_bound_bounds_the_cost(tmp_path):
+    """LoRA off meets at every rate up to 6/s (at least 6): 2 slots' 4.4/s costs at most -27 % (<=), and a 4-slot
+    server that also met everything (at least 3) leaves the cost open in both directions: not computed."""
+    paths = [
+        write_sweep(tmp_path, "off", [sweep("off", "base", [[20, 30, 40]] * SIX)]),
+        write_sweep(tmp_path, "l2", [sweep("l2", "z", [[40, 80, 180]] * SIX)]),
+        write_sweep(tmp_path, "l4", [sweep("l4", "z", [[20, 30, 40]] * SIX, rates=(1, 2, 3))]),
+    ]
+    rows = {r.server: r for r in capacity_rows([SweepFile.read(p) for p in paths], SERVERS)}
+    assert rows["off"].capacity_per_s == 6 and rows["off"].mark == ">="
+    assert rows["l2"].lora_cost_mark == "<=" and rows["l2"].lora_cost_pct == pytest.approx(100 * (4.4 / 6 - 1))
+    assert math.isnan(rows["l4"].lora_cost_pct) and rows["l4"].lora_reference == ""
+    _, z = sizing_findings(list(rows.values()), SERVERS, SLO)
+    assert "l2 <=-27 % of capacity against off/base" in z
+
+
 def test_a_runner_up_that_is_a_lower_bound_is_not_told_apart(tmp_path):
     """2 slots meets at 4.4/s in every cycle; on 4 slots every rate up to 3/s meets (at least 3): its interval ends
     at 3, below 4.4, but its capacity may lie anywhere above."""

@@ -25,7 +25,9 @@ same engine installation (``servers.X.engine``) on the same mix where that serve
 mix it sweeps (a LoRA-off server serves the base model's mixes only): ``100 x (on / off - 1)`` percent. The two
 servers' cycles are not paired, so its interval is the range the two intervals allow (on.lo / off.hi, on.hi /
 off.lo), wide by construction; an end computed from an open end of either interval is marked as a bound too
-("<=-99 % to -95 %"). Not computed where the reference is a bound.
+("<=-99 % to -95 %"). Where either capacity is itself a bound (its mark), so is the cost: a LoRA-off capacity of
+">=24.98" makes a cost of "<=-88 %" (LoRA costs at least that much); not computed where both are bounds that
+leave the ratio open (``_ratio_mark``).
 
 Host. Each run of a sweep records the share of one CPU the server's HTTP front end used and the GPU's busy share
 (``RatePoint.host``); ``host_at_capacity`` takes them at each cycle's highest rate meeting the SLO. A front end at
@@ -289,16 +291,33 @@ def _lora_costs(rows: list[CapacityRow]) -> None:
             continue
         same = [o for o in off if o.engine == r.engine]
         ref = next((o for o in same if o.mix == r.mix), same[0] if same else None)
-        if ref is None or ref.mark or not ref.capacity_per_s > 0:
+        if ref is None or not ref.capacity_per_s > 0:
+            continue
+        mark = _ratio_mark(r.mark, ref.mark)
+        if mark is None:
             continue
         r.lora_reference = f"{ref.server}/{ref.mix}"
         r.lora_cost_pct = 100 * (r.capacity_per_s / ref.capacity_per_s - 1)
         r.lora_cost_lo_pct = 100 * (r.lo / ref.hi - 1) if ref.hi > 0 else float("nan")
         r.lora_cost_hi_pct = 100 * (r.hi / ref.lo - 1) if ref.lo > 0 else float("nan")
-        r.lora_cost_mark = r.mark
+        r.lora_cost_mark = mark
         r.lora_cost_lo_open = r.lo_open or ref.hi_open
         r.lora_cost_hi_open = r.hi_open or ref.lo_open
         r.lora_cost_across_machines = other_machines(r.boot_id, ref.boot_id)
+
+
+# The mark of a ratio from the marks of its numerator and its denominator: a numerator known only as a bound
+# bounds the ratio the same way, a denominator the opposite way; where both are bounds the ratio is bounded only
+# when they bound it from the same side (None: nothing can be said).
+_OPPOSITE = {"": "", "<": ">", ">=": "<="}
+_SIDE = {"": 0, "<": -1, "<=": -1, ">": 1, ">=": 1}
+
+
+def _ratio_mark(num: str, den: str) -> str | None:
+    flipped = _OPPOSITE[den]
+    if not num or not flipped:
+        return num or flipped
+    return num[0] if _SIDE[num] == _SIDE[flipped] else None
 
 
 def _num(v: float, digits: int = 2) -> str:
