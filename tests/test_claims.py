@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from lorabench.claims import Context, Verdict, apply_rule, evaluate, load_claims
+from lorabench.claims import Context, Verdict, _decide_threshold, apply_rule, evaluate, load_claims
 from lorabench.engines.base import models_listed_ok
 from lorabench.io import read_json
 
@@ -140,6 +140,33 @@ def test_comparable_run_gets_a_real_verdict(ctx):
 def test_rules(claimed, rule, value, verdict):
     claim = {"id": "x", "claimed": claimed, "rule": rule, "measure": {"kind": "ratio"}}
     assert apply_rule(claim, value) == verdict
+
+
+@pytest.mark.parametrize(
+    ("rule", "span", "verdict"),
+    [
+        ({"type": "less_than", "value": 0, "decisive": True}, (-4.0, -0.5), "reproduced"),
+        ({"type": "less_than", "value": 0, "decisive": True}, (-1.0, 0.8), "inconclusive"),
+        ({"type": "less_than", "value": 0, "decisive": True, "negligible": 3}, (-1.0, 0.8), "contradicted"),
+        ({"type": "less_than", "value": 0, "decisive": True, "negligible": 3}, (-3.5, 0.8), "inconclusive"),
+        ({"type": "less_than", "value": 0, "decisive": True, "negligible": 3}, (0.2, 1.8), "contradicted"),
+        ({"type": "greater_than", "value": 0, "decisive": True, "negligible": 3}, (-5.0, 2.9), "contradicted"),
+        ({"type": "greater_than", "value": 0, "decisive": True, "negligible": 3}, (-1.0, 3.1), "inconclusive"),
+    ],
+)
+def test_a_threshold_claim_is_decided_by_its_whole_span_or_its_negligible_margin(rule, span, verdict):
+    """Across the threshold, a span that reaches less than the margin onto the claim's side contradicts the claim
+    of an effect (an equivalence bound); one that reaches further, or a rule without a margin, stays
+    inconclusive."""
+    median = (span[0] + span[1]) / 2
+    claim = {"id": "x", "claimed": {"value": True, "unit": "bool"}, "rule": rule, "measure": {"kind": "ratio"}}
+    first = apply_rule(claim, median)
+    got, why = _decide_threshold(rule, median, span, first, "", first, "")
+    assert got == verdict
+    if got == "contradicted" and span[0] <= 0 <= span[1]:
+        assert "negligible margin of 3 points" in why
+    if got == "inconclusive" and "negligible" in rule:
+        assert "more than 3 points onto the claim's side" in why
 
 
 def test_spread_claims_have_no_direction():

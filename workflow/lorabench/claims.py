@@ -9,6 +9,8 @@ Verdicts are computed, never written by hand:
 - ``inconclusive``: comparable, the median misses the claim, but the claimed figure lies inside our span
   (stats.ratio_span: for two cells of one server job, the 95 % interval of the ratio of measurements taken close
   together; across servers, what the 95 % intervals of numerator and denominator allow), so the data cannot tell;
+  a ``decisive`` threshold claim is inconclusive while its span crosses the threshold, unless the rule's
+  ``negligible`` margin bounds the effect (``_decide_threshold``);
 - ``not run``: the measurement the claim needs was not made here (and why).
 
 Absolute figures (tok/s, MiB, seconds, counts of graph captures) are only comparable on the hardware they were
@@ -629,6 +631,34 @@ def apply_rule(claim: dict[str, Any], value: Any) -> str:
     raise ValueError(f"claim {claim['id']}: unknown rule type {t!r}")
 
 
+def _decide_threshold(
+    rule: dict[str, Any], value: float, span: tuple[float, float], rule_result: str, note: str, verdict: str, why: str
+) -> tuple[str, str]:
+    """A ``decisive`` threshold claim (less_than / greater_than ``value``) is decided only when the whole span of
+    the intervals lies on one side of the threshold. A span across it is still decided where the rule names a
+    ``negligible`` margin (points) and the span reaches no further than that margin onto the claim's side: the
+    effect the claim asserts, if there is one, is smaller than the margin, so the claim of an effect is
+    contradicted (an equivalence bound, fixed in the registry before the data). Otherwise inconclusive."""
+    t = float(rule["value"])
+    if not span[0] <= t <= span[1]:
+        return verdict, why
+    tail = f"; {note}" if note else ""
+    margin = rule.get("negligible")
+    if margin is not None:
+        reach = t - span[0] if rule["type"] == "less_than" else span[1] - t
+        if reach < float(margin):
+            return "contradicted", (
+                f"median {_fmt(value)}%; our intervals span {span[0]:.1f}% to {span[1]:.1f}%, across {t:g}% but "
+                f"within {float(margin):g} points of it on the claim's side: any effect is below the registry's "
+                f"negligible margin of {float(margin):g} points" + tail
+            )
+    return "inconclusive", (
+        f"median {_fmt(value)}% ({rule_result} by the rule), but our intervals span {span[0]:.1f}% to "
+        f"{span[1]:.1f}%, across {t:g}%" + (f" and more than {float(margin):g} points onto the claim's side"
+                                            if margin is not None else "") + tail
+    )
+
+
 def evaluate(claims: list[dict[str, Any]], ctx: Context) -> list[Verdict]:
     out = []
     for claim in claims:
@@ -660,14 +690,7 @@ def evaluate(claims: list[dict[str, Any]], ctx: Context) -> list[Verdict]:
                        f"{mp:,} (analogue_model)" + (f"; {note}" if note else ""))  # fmt: skip
             rule = claim["rule"]
             if span and verdict in ("reproduced", "contradicted") and rule.get("decisive") and "value" in rule:
-                # a threshold claim is decided only when the whole span of the intervals lies on one side
-                t = float(rule["value"])
-                if span[0] <= t <= span[1]:
-                    verdict = "inconclusive"
-                    why = (
-                        f"median {_fmt(value)}% ({rule_result} by the rule), but our intervals span "
-                        f"{span[0]:.1f}% to {span[1]:.1f}%, across {t:g}%" + (f"; {note}" if note else "")
-                    )
+                verdict, why = _decide_threshold(rule, value, span, rule_result, note, verdict, why)
             if span and verdict in ("direction only", "contradicted"):
                 c = claim["claimed"]
                 lo, hi = (c["low"], c["high"]) if "low" in c else (c.get("value"), c.get("value"))
