@@ -654,8 +654,9 @@ def _decide_threshold(
             )
     return "inconclusive", (
         f"median {_fmt(value)}% ({rule_result} by the rule), but our intervals span {span[0]:.1f}% to "
-        f"{span[1]:.1f}%, across {t:g}%" + (f" and more than {float(margin):g} points onto the claim's side"
-                                            if margin is not None else "") + tail
+        f"{span[1]:.1f}%, across {t:g}%"
+        + (f" and more than {float(margin):g} points onto the claim's side" if margin is not None else "")
+        + tail
     )
 
 
