@@ -632,7 +632,13 @@ def apply_rule(claim: dict[str, Any], value: Any) -> str:
 
 
 def _decide_threshold(
-    rule: dict[str, Any], value: float, span: tuple[float, float], rule_result: str, note: str, verdict: str, why: str
+    rule: dict[str, Any],
+    value: float,
+    span: tuple[float, float],
+    rule_result: str | None,
+    note: str,
+    verdict: str,
+    why: str,
 ) -> tuple[str, str]:
     """A ``decisive`` threshold claim (less_than / greater_than ``value``) is decided only when the whole span of
     the intervals lies on one side of the threshold. A span across it is still decided where the rule names a
