@@ -60,7 +60,9 @@ VERDICT_ON_CPU_RUN = {
     "s5-cuda-graphs-lora-on": "not run",
     "s5-cuda-graphs-lora-off": "not run",
     "ext-slora-adapter-scaling": "not run",
+    "ext-slora-adapter-scaling-sglang": "not run",
     "op-rank-changes-cost": "not run",
+    "op-rank-changes-cost-sglang": "not run",
     "open-prefix-cache-per-adapter": "not run",
     "op-prefix-cache-reuse": "not run",
 }

@@ -67,3 +67,17 @@ def test_rank_claim_needs_its_whole_span_below_zero(r64, spread, verdict):
     claims = [c for c in load_claims(ROOT / "config" / "claims.yaml") if c["id"] == "op-rank-changes-cost"]
     (r,) = evaluate(claims, ctx)
     assert r.verdict == verdict, r.why
+
+
+def test_each_engine_has_its_own_rank_claim():
+    """A study with both engines' rank-64 servers: the vLLM claim reads vLLM's server only and the SGLang one
+    SGLang's (without the engine in the selectors both would read the first server by id, SGLang's)."""
+    sglang = [{**r, "server": "sg-" + r["server"], "engine": "sglang"} for r in _rows(700)]
+    vllm = _rows(900)
+    ctx = Context({"rows": vllm + sglang, "facts": []}, {"parameters": 1000}, ADAPTERS, None, None)
+    ids = ("op-rank-changes-cost", "op-rank-changes-cost-sglang")
+    got = {r.id: r for r in evaluate([c for c in load_claims(ROOT / "config" / "claims.yaml") if c["id"] in ids], ctx)}
+    assert got["op-rank-changes-cost"].evidence == ["rank64/r64/8", "rank64/r8/8"]
+    assert got["op-rank-changes-cost"].verdict == "contradicted"  # 900 against 850: faster
+    assert got["op-rank-changes-cost-sglang"].evidence == ["sg-rank64/r64/8", "sg-rank64/r8/8"]
+    assert got["op-rank-changes-cost-sglang"].verdict == "reproduced"  # 700 against 850
