@@ -125,6 +125,7 @@ def test_rebuild_stages_rate_sweeps_and_publishes_the_capacity_tables(tmp_path: 
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert read_json(out / "rate_sweep" / "lora-off" / "sweep.json")["status"] == "ok"
     assert read_json(out / "rate_sweep" / "lora-4" / "sweep.json")["status"].startswith("not measured yet")
+    assert "machine" not in read_json(out / "rate_sweep" / "lora-4" / "facts.json")  # not this machine's facts
     capacity = read_json(out / "capacity" / "capacity.json")
     rows = {(m["mix"], r["server"]): r["raw"] for m in capacity["mixes"] for r in m["rows"]}
     assert rows[("base", "lora-off")]["status"] == "ok" and rows[("base", "lora-off")]["capacity_per_s"] > 0

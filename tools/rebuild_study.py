@@ -118,6 +118,10 @@ def stage(cfg: dict, res: Path, work: Path) -> None:
             _copy_job(res / "rate_sweep" / s, dst, SWEEP_OUTPUTS)
             continue
         write_not_run(RateSweep.of_config(cfg, s), server_job(cfg, s, hardware=""), dst, NOT_MEASURED)
+        # a stub made here: no machine measured it, so its facts name none (not the one rebuilding the report)
+        stub = read_json(dst / "facts.json")
+        stub.pop("machine", None)
+        write_json(dst / "facts.json", stub)
     for e in sorted(cfg["engines"]):
         (work / "envs").mkdir(parents=True, exist_ok=True)
         measured = any((res / "servers" / s).is_dir() for s, v in cfg["servers"].items() if v["engine"] == e)
