@@ -63,6 +63,7 @@ VERDICT_ON_CPU_RUN = {
     "ext-slora-adapter-scaling-sglang": "not run",
     "op-rank-changes-cost": "not run",
     "op-rank-changes-cost-sglang": "not run",
+    "ext-vllm-pr11267-7b-rank8": "not run",  # no rank-8 server of max_lora_rank 8 in the default study
     "open-prefix-cache-per-adapter": "not run",
     "op-prefix-cache-reuse": "not run",
 }
@@ -205,3 +206,24 @@ def test_claims_about_one_engine_are_judged_on_that_engines_jobs_only():
     assert sgl["probes"]["models_listed"] == ["a", "b", "c", "qwen3-1.7b-synthetic"]
     assert models_listed_ok(sgl["probes"], sgl["config"]["adapters"]) is True
     assert models_listed_ok({"models_listed": ["qwen3-1.7b-synthetic"]}, ["a"]) is False
+
+
+def test_vllms_own_rank_8_benchmark_is_judged_across_its_two_servers():
+    """ext-vllm-pr11267-7b-rank8 on a Llama-2-7B run on a GPU: the rank-8 server's adapter at its largest burst
+    against the LoRA-off server's base model there (two servers: the span is what their intervals allow)."""
+
+    def row(server: str, lora: bool, rank: int | None, cond: str, burst: int, tok_s: float) -> dict:
+        return {"server": server, "engine": "vllm", "lora": lora, "max_loras": 1 if lora else None,
+                "max_lora_rank": rank, "condition": cond, "adapters": cond, "burst": burst, "status": "ok",
+                "throughput_median": tok_s, "throughput_ci_lo": tok_s * 0.99, "throughput_ci_hi": tok_s * 1.01}  # fmt: skip
+
+    rows = [row("vllm-lora-off", False, None, "base", 3, 300.0), row("vllm-lora-off", False, None, "base", 48, 4000.0),
+            row("vllm-lora-1-r8", True, 8, "base", 48, 3700.0), row("vllm-lora-1-r8", True, 8, "r8", 48, 2700.0),
+            row("vllm-lora-1", True, 16, "a", 48, 2600.0)]  # fmt: skip
+    ctx = Context({"rows": rows, "facts": []}, {"parameters": 6_738_415_616}, [], None, None)
+    ctx.hardware, ctx.model_params = "gpu", 6_738_415_616
+    claims = [c for c in load_claims(ROOT / "config" / "claims.yaml") if c["id"] == "ext-vllm-pr11267-7b-rank8"]
+    (v,) = evaluate(claims, ctx)
+    assert v.evidence == ["vllm-lora-1-r8/r8/48", "vllm-lora-off/base/48"]
+    assert v.measured == pytest.approx(100 * (2700 / 4000 - 1))  # -32.5 %, within 3 points of -33.6
+    assert v.verdict == "reproduced" and v.source == "vllm-project/vllm#11267"
