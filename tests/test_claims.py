@@ -215,7 +215,8 @@ def test_vllms_own_rank_8_benchmark_is_judged_across_its_two_servers():
     def row(server: str, lora: bool, rank: int | None, cond: str, burst: int, tok_s: float) -> dict:
         return {"server": server, "engine": "vllm", "lora": lora, "max_loras": 1 if lora else None,
                 "max_lora_rank": rank, "condition": cond, "adapters": cond, "burst": burst, "status": "ok",
-                "throughput_median": tok_s, "throughput_ci_lo": tok_s * 0.99, "throughput_ci_hi": tok_s * 1.01}  # fmt: skip
+                "throughput_median": tok_s, "throughput_ci_lo": 0.99 * tok_s,
+                "throughput_ci_hi": 1.01 * tok_s}  # fmt: skip
 
     rows = [row("vllm-lora-off", False, None, "base", 3, 300.0), row("vllm-lora-off", False, None, "base", 48, 4000.0),
             row("vllm-lora-1-r8", True, 8, "base", 48, 3700.0), row("vllm-lora-1-r8", True, 8, "r8", 48, 2700.0),
