@@ -64,6 +64,7 @@ VERDICT_ON_CPU_RUN = {
     "op-rank-changes-cost": "not run",
     "op-rank-changes-cost-sglang": "not run",
     "ext-vllm-pr11267-7b-rank8": "not run",  # no rank-8 server of max_lora_rank 8 in the default study
+    "ext-sglang-pr13349-slot-cliff-ttft": "not run",
     "open-prefix-cache-per-adapter": "not run",
     "op-prefix-cache-reuse": "not run",
 }
@@ -228,3 +229,30 @@ def test_vllms_own_rank_8_benchmark_is_judged_across_its_two_servers():
     assert v.evidence == ["vllm-lora-1-r8/r8/48", "vllm-lora-off/base/48"]
     assert v.measured == pytest.approx(100 * (2700 / 4000 - 1))  # -32.5 %, within 3 points of -33.6
     assert v.verdict == "reproduced" and v.source == "vllm-project/vllm#11267"
+
+
+@pytest.mark.parametrize(
+    ("n32_ttft", "verdict"),
+    [((900, 1100, 1000, 950, 1050, 1000, 980), "reproduced"), ((300, 200, 250, 260, 240, 250, 255), "contradicted"),
+     ((100, 2000, 150, 1800, 120, 1900, 1000), "inconclusive")],
+)  # fmt: skip
+def test_sglangs_slot_cliff_in_ttft_is_judged_on_the_ratio_paired_per_cycle(n32_ttft, verdict):
+    """ext-sglang-pr13349-slot-cliff-ttft: 32 adapters against 8 on SGLang's 8 slots, median TTFT paired per
+    cycle (n8 at 50 ms): ten times or more decides it, a span across x10 leaves it open."""
+
+    def row(cond: str, ttfts: tuple[float, ...]) -> dict:
+        return {"server": "sglang-ml8", "engine": "sglang", "lora": True, "max_loras": 8, "condition": cond,
+                "adapters": cond, "burst": 48, "status": "ok", "throughput_median": 1000.0,
+                "ttft_median_ms": sorted(ttfts)[len(ttfts) // 2],
+                "ttft_by_cycle": " ".join(f"0.{c}:{t}" for c, t in enumerate(ttfts))}  # fmt: skip
+
+    rows = [row("n8-uniform", (50,) * len(n32_ttft)), row("n32-uniform", n32_ttft)]
+    ctx = Context({"rows": rows, "facts": []}, {"parameters": 8_190_735_360}, [], None, None)
+    ctx.hardware = "gpu"
+    claims = [
+        c for c in load_claims(ROOT / "config" / "claims.yaml") if c["id"] == "ext-sglang-pr13349-slot-cliff-ttft"
+    ]
+    (v,) = evaluate(claims, ctx)
+    assert v.evidence == ["sglang-ml8/n32-uniform/48", "sglang-ml8/n8-uniform/48"]
+    assert v.verdict == verdict, v.why
+    assert "7 pairs of measurements taken close together" in v.why

@@ -197,6 +197,10 @@ def _evidence(row: dict[str, Any]) -> str:
     return f"{row['server']}/{row['condition']}/{row['burst']}"
 
 
+# Metrics whose ratio between two cells of one job is paired per cycle (stats.ratio_span over PREFIX_by_cycle);
+# TTFT across two servers has no interval of its own in the summary, so its ratio there has no span.
+_PAIRED_PREFIX = {"throughput_tok_s": "throughput", "ttft_median_ms": "ttft"}
+
 PACED_NOTE_POINTS = 2.0  # a ratio's span wider than ± this, with a host-paced cell, says why (summary.paced_by)
 
 
@@ -221,13 +225,15 @@ def _ratio(m: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, str, l
         return None, f"{m['metric']} missing", [], None
     note = "; ".join(x for x in {n1, n2} if x)
     value, span = 100.0 * (a / b - 1), None
-    if m["metric"] == "throughput_tok_s":
-        pairs = paired_ratios(num, den)
-        r = ratio_span(num, den)
+    prefix = _PAIRED_PREFIX.get(m["metric"])
+    if prefix:
+        pairs = paired_ratios(num, den, prefix)
+        r = ratio_span(num, den, prefix)
         if pairs and r:  # two cells of one job: the median of ratios of measurements taken close together
             value = r[0]
             note = "; ".join(x for x in (note, f"{len(pairs)} pairs of measurements taken close together") if x)
         span = (r[1], r[2]) if r and not math.isnan(r[1]) else None
+    if m["metric"] == "throughput_tok_s":
         paced = [x for x in (num.get("throughput_gpu_paced_r"), den.get("throughput_gpu_paced_r")) if x is not None]
         if span and paced and span[1] - span[0] > 2 * PACED_NOTE_POINTS:
             note = "; ".join(x for x in (note, f"host-paced spread: the slow bursts are those in which the GPU "
