@@ -9,6 +9,12 @@ of machine time runs each server job once.
                                                             the saved jobs back into RESULTS, as Snakemake's outputs;
                                                             with CONFIG, only jobs measured with that config's
                                                             measurement settings and server flags
+  python dev/study_results.py take POLL_DIR STUDY_DIR LOAN  what one loan brought back (a poll's folder as
+                                                            engine_stretch.sh pack fills it: KIND-NAME.tgz per
+                                                            finished job, meta.tgz, machine.txt) into STUDY_DIR:
+                                                            each job under KIND/NAME (replacing one taken before),
+                                                            the engine, model and adapter records and the jobs'
+                                                            logs from meta.tgz, machine.txt as machine-loanLOAN.txt
 
 A job counts as finished when every output exists and its facts say ``status: ok``. Restored outputs have no
 Snakemake metadata, so a run with ``--rerun-triggers params input code software-env`` (no mtime) keeps them;
@@ -97,7 +103,66 @@ def restore(study: Path, results: Path, config: dict | None = None) -> list[str]
     return restored
 
 
+# What take copies out of meta.tgz (paths inside it -> under STUDY_DIR); the jobs' logs are taken per job.
+META = {
+    "results/envs/": "envs/",
+    "results/model/manifest.json": "model/manifest.json",
+    "results/adapters/": "adapters/",
+}
+LOG_RULES = {"servers": "server_loadtest", "runtime_load": "runtime_load", "prefix_cache": "prefix_cache",
+             "rate_sweep": "rate_sweep"}  # fmt: skip
+
+
+def take(poll: Path, study: Path, loan: str) -> list[str]:
+    """One loan's packed jobs and records into a study folder (the module's docstring). A job archive holds one
+    folder, the job as ``save`` keeps it; one that is not a job of a known kind, or holds anything else, stops it
+    before anything is written."""
+    import tarfile
+
+    jobs = []
+    for tgz in sorted(poll.glob("*.tgz")):
+        if tgz.name == "meta.tgz":
+            continue
+        kind, _, name = tgz.name.removesuffix(".tgz").partition("-")
+        with tarfile.open(tgz) as tar:
+            members = tar.getmembers()
+        if kind not in JOBS or not name or any(m.name.split("/")[0] != name or ".." in m.name for m in members):
+            raise SystemExit(f"{tgz}: not a job archive of engine_stretch.sh pack (KIND-NAME.tgz holding NAME/)")
+        jobs.append((kind, name, tgz))
+    if not jobs:
+        raise SystemExit(f"{poll}: no job archive (KIND-NAME.tgz) in it")
+    for kind, name, tgz in jobs:
+        dst = study / kind
+        shutil.rmtree(dst / name, ignore_errors=True)
+        dst.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(tgz) as tar:
+            tar.extractall(dst, filter="data")
+    meta = poll / "meta.tgz"
+    if meta.exists():
+        logs = {f"logs/{LOG_RULES[k]}/{n}.log": f"logs/{LOG_RULES[k]}/{n}.log" for k, n, _ in jobs}
+        with tarfile.open(meta) as tar:
+            for m in tar.getmembers():
+                if not m.isfile():
+                    continue
+                to = logs.get(m.name) or next(
+                    (dst + m.name[len(src) :] for src, dst in META.items() if m.name.startswith(src)), None
+                )
+                if to is None:
+                    continue
+                out = study / to
+                out.parent.mkdir(parents=True, exist_ok=True)
+                with tar.extractfile(m) as src, open(out, "wb") as f:  # type: ignore[union-attr]
+                    shutil.copyfileobj(src, f)
+    if (poll / "machine.txt").exists():
+        shutil.copy(poll / "machine.txt", study / f"machine-loan{loan}.txt")
+    return [f"{k}/{n}" for k, n, _ in jobs]
+
+
 def main(argv: list[str]) -> None:
+    if len(argv) == 4 and argv[0] == "take":
+        done = take(Path(argv[1]), Path(argv[2]), argv[3])
+        print(f"take: {len(done)} job(s): {' '.join(done)}")
+        return
     if len(argv) not in (3, 4) or argv[0] not in ("save", "restore"):
         raise SystemExit(__doc__)
     verb, a, b = argv[0], Path(argv[1]), Path(argv[2])

@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from lorabench.config import load_file
 from lorabench.job import RuntimeLoad, server_job
 from lorabench.runtime_load import load_result
@@ -116,3 +118,61 @@ def test_load_result_says_whether_unloads_held():
     kept_r = load_result(kept, rl, "a", True)
     assert not kept_r["load_ok"] and not kept_r["unload_ok"] and kept_r["loads_ok"] == 1
     assert kept_r["load_s_median"] == 0.01 and kept_r["load_errors"] == ["already"]
+
+
+def _pack(save_dir: Path, poll: Path, kind: str, name: str) -> None:
+    """A job archive as engine_stretch.sh pack writes it: KIND-NAME.tgz holding NAME/."""
+    import tarfile
+
+    with tarfile.open(poll / f"{kind}-{name}.tgz", "w:gz") as tar:
+        tar.add(save_dir / kind / name, arcname=name)
+
+
+def test_take_puts_a_loans_jobs_records_and_machine_into_the_study(tmp_path: Path):
+    import tarfile
+
+    results, save_dir, poll, study = (tmp_path / d for d in ("results", "save", "poll", "study"))
+    _server(results, DEFAULT, "lora-2")
+    study_results.save(results, save_dir)
+    poll.mkdir()
+    _pack(save_dir, poll, "servers", "lora-2")
+    work = tmp_path / "w"
+    files = {"results/envs/vllm-cpu.json": "{}", "results/envs/vllm-cpu.freeze.txt": "vllm==0.32.0\n",
+             "results/model/manifest.json": "{}", "results/adapters/a.json": "{}",
+             "logs/server_loadtest/lora-2.log": "cycle 1 done\n", "logs/server_loadtest/lora-4.log": "other\n",
+             "logs/model_build.log": "built\n"}  # fmt: skip
+    for rel, text in files.items():
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_text(text)
+    with tarfile.open(poll / "meta.tgz", "w:gz") as tar:
+        for top in ("results", "logs"):
+            tar.add(work / top, arcname=top)
+    (poll / "machine.txt").write_text("boot_id abc\n")
+    (study / "servers" / "lora-2").mkdir(parents=True)
+    (study / "servers" / "lora-2" / "stale.txt").write_text("from an earlier poll")
+
+    assert study_results.take(poll, study, "5") == ["servers/lora-2"]
+    assert not (study / "servers" / "lora-2" / "stale.txt").exists()  # replaced whole, not merged
+    assert (study / "servers" / "lora-2" / "measurements.jsonl.gz").exists()
+    restored = study_results.restore(study, tmp_path / "again")
+    assert restored == ["servers/lora-2"]
+    assert (study / "envs" / "vllm-cpu.freeze.txt").read_text() == "vllm==0.32.0\n"
+    assert (study / "model" / "manifest.json").exists() and (study / "adapters" / "a.json").exists()
+    assert (study / "logs" / "server_loadtest" / "lora-2.log").exists()
+    assert not (study / "logs" / "server_loadtest" / "lora-4.log").exists()  # a job not taken: its log neither
+    assert not (study / "logs" / "model_build.log").exists()
+    assert (study / "machine-loan5.txt").read_text() == "boot_id abc\n"
+
+
+def test_take_refuses_an_archive_that_is_not_a_job_before_writing_anything(tmp_path: Path):
+    import tarfile
+
+    poll, study = tmp_path / "poll", tmp_path / "study"
+    poll.mkdir()
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "f.txt").write_text("")
+    with tarfile.open(poll / "servers-lora-2.tgz", "w:gz") as tar:
+        tar.add(tmp_path / "x", arcname="x")  # holds x/, not lora-2/
+    with pytest.raises(SystemExit, match="servers-lora-2.tgz: not a job archive"):
+        study_results.take(poll, study, "1")
+    assert not study.exists()
