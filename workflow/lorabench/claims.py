@@ -638,22 +638,14 @@ def apply_rule(claim: dict[str, Any], value: Any) -> str:
 
 
 def _decide_threshold(
-    rule: dict[str, Any],
-    value: float,
-    span: tuple[float, float],
-    rule_result: str | None,
-    note: str,
-    verdict: str,
-    why: str,
+    rule: dict[str, Any], value: float, span: tuple[float, float], rule_result: str | None, note: str
 ) -> tuple[str, str]:
-    """A ``decisive`` threshold claim (less_than / greater_than ``value``) is decided only when the whole span of
-    the intervals lies on one side of the threshold. A span across it is still decided where the rule names a
-    ``negligible`` margin (points) and the span reaches no further than that margin onto the claim's side: the
-    effect the claim asserts, if there is one, is smaller than the margin, so the claim of an effect is
-    contradicted (an equivalence bound, fixed in the registry before the data). Otherwise inconclusive."""
+    """Verdict and reason of a ``decisive`` threshold claim (less_than / greater_than ``value``) whose span crosses
+    its threshold: such a claim is decided only by a span wholly on one side, except where the rule names a
+    ``negligible`` margin (points) and the span reaches less than that margin onto the claim's side: the effect
+    the claim asserts, if there is one, is smaller than the margin, so the claim of an effect is contradicted (an
+    equivalence bound, fixed in the registry before the data). Otherwise inconclusive."""
     t = float(rule["value"])
-    if not span[0] <= t <= span[1]:
-        return verdict, why
     tail = f"; {note}" if note else ""
     margin = rule.get("negligible")
     if margin is not None:
@@ -702,8 +694,9 @@ def evaluate(claims: list[dict[str, Any]], ctx: Context) -> list[Verdict]:
                 why = (f"judged on this study's {ctx.model_params:,}-parameter model, standing in for the claim's "
                        f"{mp:,} (analogue_model)" + (f"; {note}" if note else ""))  # fmt: skip
             rule = claim["rule"]
-            if span and verdict in ("reproduced", "contradicted") and rule.get("decisive") and "value" in rule:
-                verdict, why = _decide_threshold(rule, value, span, rule_result, note, verdict, why)
+            if (span and verdict in ("reproduced", "contradicted") and rule.get("decisive") and "value" in rule
+                    and span[0] <= float(rule["value"]) <= span[1]):  # fmt: skip
+                verdict, why = _decide_threshold(rule, value, span, rule_result, note)
             if span and verdict in ("direction only", "contradicted"):
                 c = claim["claimed"]
                 lo, hi = (c["low"], c["high"]) if "low" in c else (c.get("value"), c.get("value"))
