@@ -139,14 +139,15 @@ def take(poll: Path, study: Path, loan: str) -> list[str]:
             tar.extractall(dst, filter="data")
     meta = poll / "meta.tgz"
     if meta.exists():
-        logs = {f"logs/{LOG_RULES[k]}/{n}.log": f"logs/{LOG_RULES[k]}/{n}.log" for k, n, _ in jobs}
+        logs = {f"logs/{LOG_RULES[k]}/{n}.log" for k, n, _ in jobs}  # kept at the same path in the study
         with tarfile.open(meta) as tar:
             for m in tar.getmembers():
                 if not m.isfile():
                     continue
-                to = logs.get(m.name) or next(
-                    (dst + m.name[len(src) :] for src, dst in META.items() if m.name.startswith(src)), None
-                )
+                to = m.name if m.name in logs else None
+                for inside, under in META.items():
+                    if m.name.startswith(inside):
+                        to = under + m.name[len(inside) :]
                 if to is None:
                     continue
                 out = study / to
