@@ -135,6 +135,24 @@ def test_slora_claim_judged_from_adapter_counts():
     assert _scaling_verdict([_row("s", "n16-zipf", 16, 1, 1, 1)]).verdict == "not run"
 
 
+def test_slora_claim_pairs_the_two_counts_per_cycle():
+    """Both counts are cells of one server job: the claim reads the median of each cycle's ratio and its interval,
+    as a ratio claim does, not the ratio of the two medians (here -4.5 % against -4.0 %)."""
+    few_t = (1000, 1100, 900, 1050, 950, 1000, 1020, 980, 1010)
+    many_t = (950, 1050, 860, 980, 930, 960, 1000, 930, 960)
+
+    def cycles(ts: tuple[int, ...]) -> str:
+        return " ".join(f"0.{c}:{t}" for c, t in enumerate(ts))
+
+    few = {**_row("s", "n4-uniform", 4, 1000, 950, 1050), "throughput_by_cycle": cycles(few_t)}
+    many = {**_row("s", "n16-uniform", 16, 960, 930, 1000), "throughput_by_cycle": cycles(many_t)}
+    r = _scaling_verdict([few, many])
+    ratios = sorted(m / f for m, f in zip(many_t, few_t, strict=True))
+    assert r.measured == pytest.approx(100 * (ratios[4] - 1))
+    assert "9 pairs of measurements taken close together" in r.why
+    assert r.verdict == "reproduced"
+
+
 def test_many_adapter_rows_and_plot(tmp_path):
     from lorabench import plots
     from lorabench.report_model import many_adapter_rows

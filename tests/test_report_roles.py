@@ -94,6 +94,34 @@ def test_a_role_set_in_the_config_picks_the_condition():
     assert {"enable", "adapter"}.isdisjoint(f["key"] for f in fixture_findings(cfg, RENAME))
 
 
+def test_the_one_adapter_finding_takes_both_cells_from_one_server():
+    """The Punica layout (punica-cpu, llama2-7b-rank16): the one-adapter condition only on the 32-slot server, a
+    1-slot server measuring base and another adapter. The finding compares the adapter with base on the 32-slot
+    server, paired per cycle, never with the 1-slot server's base cells."""
+
+    def row(server: str, slots: int, cond: str, tput: float) -> dict:
+        cycles = " ".join(f"0.{c}:{tput * (1 + 0.01 * (c % 3))}" for c in range(6))
+        return {"server": server, "engine": "vllm", "lora": True, "max_loras": slots, "condition": cond, "burst": 8,
+                "status": "ok", "throughput_median": tput, "throughput_ci_lo": tput * 0.99,
+                "throughput_ci_hi": tput * 1.03, "throughput_by_cycle": cycles}  # fmt: skip
+
+    cfg = {
+        "conditions": {
+            "base": {"adapters": ["base"]},
+            "identical": {"adapters": ["p-000"]},
+            "r8": {"adapters": ["r8"]},
+        },
+        "servers": {
+            "lora-1-r8": {"lora": True, "max_loras": 1, "conditions": ["base", "r8"]},
+            "lora-32": {"lora": True, "max_loras": 32, "conditions": ["base", "identical"]},
+        },
+    }
+    rows = [row("lora-1-r8", 1, "base", 2000.0), row("lora-1-r8", 1, "r8", 1000.0),
+            row("lora-32", 32, "base", 1800.0), row("lora-32", 32, "identical", 900.0)]  # fmt: skip
+    found = {f["key"]: f for f in findings(rows, [], [], [], [], [], config=cfg, links=LINKS)}
+    assert found["adapter"]["answer"].startswith("adapter identical vs base on lora-32: burst 8: -50.0%")
+
+
 def test_without_a_config_no_condition_finding():
     assert {"enable", "adapter", "slots"}.isdisjoint(f["key"] for f in fixture_findings({}))
 

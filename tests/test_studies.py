@@ -21,7 +21,7 @@ def test_every_item_has_a_study():
     names = {p.stem for p in STUDIES}
     for study in ("slot-queues", "many-adapters", "rank-sweep"):
         assert {study, f"{study}-cpu"} <= names
-    assert {"llama2-7b-rank16", "qwen3-8b-rank16"} <= names
+    assert {"llama2-7b-rank16", "punica-cpu", "qwen3-8b-rank16"} <= names
 
 
 def _estimated_minutes(path: Path) -> tuple[float, float]:

@@ -245,11 +245,16 @@ def _adapter_count(row: dict[str, Any]) -> int:
     return len({a for a in str(row.get("adapters") or "").split("|") if a and a != "base"})
 
 
+def _adapters(n: int) -> str:
+    return f"{n} adapter" + ("" if n == 1 else "s")
+
+
 def _adapter_scaling(m: dict[str, Any], ctx: Context) -> tuple[Any, str, list[str], Span]:
     """Throughput with the most adapters against the fewest, on one server, one assignment (``assignment``) and
-    its largest burst: (most/fewest - 1) x 100 with the span the two medians' 95 % intervals allow. The server is
-    the one that measured the widest range of adapter counts (ties: the most slots, the most max_cpu_loras, then
-    the id)."""
+    its largest burst, in percent: paired per cycle as ``_ratio`` pairs (the median of the ratios of one cycle's
+    bursts and its 95 % interval); where the cells do not pair, the ratio of the medians and the span their
+    intervals allow. The server is the one that measured the widest range of adapter counts (ties: the most slots,
+    the most max_cpu_loras, then the id)."""
     conds = ctx.summary.get("conditions") or {}
     rows = [
         r
@@ -279,9 +284,14 @@ def _adapter_scaling(m: dict[str, Any], ctx: Context) -> tuple[Any, str, list[st
     span = _throughput_span(many, few)
     note = (
         f"{server} (max_loras {few.get('max_loras')}, max_cpu_loras {few.get('max_cpu_loras') or 'default'}), "
-        f"{m['assignment']}, burst {few['burst']}: {_adapter_count(many)} adapters "
-        f"{many['throughput_median']:.0f} tok/s vs {_adapter_count(few)} adapters {few['throughput_median']:.0f} tok/s"
+        f"{m['assignment']}, burst {few['burst']}: {_adapters(_adapter_count(many))} "
+        f"{many['throughput_median']:.0f} tok/s vs {_adapters(_adapter_count(few))} "
+        f"{few['throughput_median']:.0f} tok/s"
     )
+    pairs, r = paired_ratios(many, few), ratio_span(many, few)
+    if pairs and r:  # two cells of one job, as in _ratio: the median of the ratios of one cycle's bursts
+        value = r[0]
+        note += f"; {len(pairs)} pairs of measurements taken close together"
     slots = few.get("max_loras")
     if slots and min(_adapter_count(many), many["burst"]) > slots:
         note += f"; a burst can hold more distinct adapters than the {slots} slots (S-LoRA has no such per-batch cap)"

@@ -683,9 +683,17 @@ def findings(
                     _across(_finding("enable", engine, f"{engine}: what does merely enabling LoRA cost?", what, pairs),
                             boots, on["server"], off["server"])
                 )  # fmt: skip
-            if on and one:
-                pairs = [(b, _cell(eng, b, True, one), _cell(eng, b, True, base)) for b in bursts]
-                what = f"adapter {one} vs {base} on {on['server']}"
+            # both cells from one server (paired per cycle): of the servers measuring both, the fewest slots
+            first = [r for r in eng if r["burst"] == bursts[0] and r.get("lora")]
+            both = {r["server"] for r in first if r["condition"] == one} & {
+                r["server"] for r in first if r["condition"] == base
+            }
+            if one and both:
+                slots = {r["server"]: r.get("max_loras") or 0 for r in first}
+                server = min(both, key=lambda s: (slots[s], s))
+                at = [r for r in eng if r["server"] == server]
+                pairs = [(b, _cell(at, b, True, one), _cell(at, b, True, base)) for b in bursts]
+                what = f"adapter {one} vs {base} on {server}"
                 found.append(_finding("adapter", engine, f"{engine}: what does serving one adapter cost?", what, pairs))
         if over and config:
             few, many = _cell(eng, bursts[0], True, over), _cell(eng, bursts[0], True, over, most_slots=True)
