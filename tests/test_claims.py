@@ -66,6 +66,7 @@ VERDICT_ON_CPU_RUN = {
     "ext-vllm-pr11267-7b-rank8": "not run",  # no rank-8 server of max_lora_rank 8 in the default study
     "ext-sglang-pr13349-slot-cliff-ttft": "not run",
     "ext-punica-7b": "not run",  # no "identical" condition (Punica's, study llama2-7b-rank16) in the default study
+    "ext-punica-7b-sglang": "not run",
     "open-prefix-cache-per-adapter": "not run",
     "op-prefix-cache-reuse": "not run",
 }
