@@ -167,5 +167,10 @@ def test_many_adapter_rows_and_plot(tmp_path):
     q = {"servers": [{"server": "s", "cells": [{"condition": "n4-uniform", "burst": 8, "ttft_p99_ms": 80.0}]}]}
     many = many_adapter_rows(rows, q, conds)
     assert [r["n_adapters"] for r in many] == [4, 16] and many[0]["ttft_p99_ms"] == 80.0
+    # two Zipf laws over the same adapters are told apart by their exponent
+    zipf = {f"n16-zipf{s}": {"assignment": "zipf", "zipf_s": s, "adapters": conds["n16-uniform"]["adapters"]}
+            for s in (1.1, 1.5)}  # fmt: skip
+    zrows = [{**rows[0], "condition": c} for c in zipf]
+    assert [r["assignment"] for r in many_adapter_rows(zrows, q, zipf)] == ["zipf s=1.1", "zipf s=1.5"]
     out = plots.adapter_scaling(many, tmp_path / "m.png")
     assert out and out.stat().st_size > 5000

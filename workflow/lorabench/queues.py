@@ -17,6 +17,7 @@ during``); otherwise only the warm-up bursts were sampled in flight, and the fig
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -88,7 +89,7 @@ class InFlight:
 @dataclass(frozen=True)
 class TtftTail:
     """The TTFT of a cell's measured requests that succeeded: median, p90 and p99 over all of them, and the 95 %
-    interval of the per-measurement p90 (the spread behind the tail)."""
+    interval of that pooled p90 (``pooled_interval``: whole measurements resampled)."""
 
     requests: int
     p50_ms: float | None
@@ -187,9 +188,31 @@ def percentile(values: list[float], q: float) -> float | None:
     return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
 
 
+TAIL_RESAMPLES = 1000  # bootstrap resamples of a cell's measurements for the interval of its pooled p90
+
+
+def pooled_interval(groups: list[list[float]], q: float, resamples: int = TAIL_RESAMPLES) -> tuple[float, float] | None:
+    """95 % interval of the ``q``-th percentile of the pooled values, by resampling whole groups with replacement
+    (a cluster bootstrap, seeded: the same values always give the same interval). A group is one measurement's
+    requests: they share its burst and its queue, so the measurement, not the request, is the independent unit.
+    Unlike the per-measurement percentiles, whose median with 8 requests a burst interpolates between a burst's two
+    slowest requests, the interval is of the pooled figure it stands beside. None with fewer than two groups."""
+    groups = [g for g in groups if g]
+    if len(groups) < 2:
+        return None
+    rng = random.Random(0)
+    k = len(groups)
+    stats = sorted(
+        p
+        for _ in range(resamples)
+        if (p := percentile([v for _ in range(k) for v in groups[rng.randrange(k)]], q)) is not None
+    )
+    return stats[int(0.025 * len(stats))], stats[math.ceil(0.975 * len(stats)) - 1]
+
+
 def ttft_tails(records: list[dict[str, Any]]) -> dict[tuple[str, int], TtftTail]:
     """Per condition and burst, the TTFT of the measured (not warm-up) requests that succeeded: median, p90 and
-    p99 over all of them, and the 95 % interval of the per-measurement p90 (the spread behind the tail)."""
+    p99 over all of them, and the 95 % interval of that p90 (``pooled_interval``, resampling measurements)."""
     by_cell: dict[tuple[str, int], dict[str, list[float]]] = {}
     for r in records:
         ttft = r.get("ttft_s")
@@ -201,15 +224,14 @@ def ttft_tails(records: list[dict[str, Any]]) -> dict[tuple[str, int], TtftTail]
     out = {}
     for key, per in by_cell.items():
         pooled = [v for vals in per.values() for v in vals]
-        p90s = [p for vals in per.values() if (p := percentile(vals, 90)) is not None]
-        iv = MedianInterval.of(p90s)
+        iv = pooled_interval([per[m] for m in sorted(per)], 90)
         out[key] = TtftTail(
             requests=len(pooled),
             p50_ms=percentile(pooled, 50),
             p90_ms=percentile(pooled, 90),
             p99_ms=percentile(pooled, 99),
-            p90_lo_ms=iv.lo if iv.n else None,
-            p90_hi_ms=iv.hi if iv.n else None,
+            p90_lo_ms=iv[0] if iv else None,
+            p90_hi_ms=iv[1] if iv else None,
         )
     return out
 

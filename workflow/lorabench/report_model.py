@@ -364,7 +364,8 @@ def many_adapter_rows(
     rows: list[dict[str, Any]], queues: dict[str, Any], conditions: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """Summary rows of the conditions drawn from a popularity distribution (uniform, distinct, zipf), joined with
-    the TTFT tail and adapter sets of queues.json, ordered by server, assignment and adapter count."""
+    the TTFT tail and adapter sets of queues.json, ordered by server, assignment (a Zipf law with its exponent)
+    and adapter count."""
     cells = {(s["server"], c["condition"], c["burst"]): c for s in queues.get("servers", []) for c in s["cells"]}
     out = []
     for r in rows:
@@ -375,7 +376,8 @@ def many_adapter_rows(
         out.append(
             {
                 **r,
-                "assignment": cond["assignment"],
+                "assignment": cond["assignment"]
+                + (f" s={cond['zipf_s']:g}" if cond["assignment"] == "zipf" and cond.get("zipf_s") else ""),
                 "n_adapters": len({a for a in cond.get("adapters", []) if a != "base"}),
                 **{k: v for k, v in c.items() if k.startswith("ttft") or k.endswith("_seen") or k.endswith("running")},
                 "deferred_mean": c.get("deferred_mean"),
