@@ -44,12 +44,6 @@ ABSOLUTE_UNITS = ("tok_s", "MiB", "s", "ms")
 Span = tuple[float, float] | None  # for throughput ratios: stats.ratio_span's (paired within one job)
 
 
-def _throughput_span(num: dict[str, Any], den: dict[str, Any]) -> Span:
-    """The span of num/den in percent (stats.ratio_span), or None where the cells have no intervals."""
-    r = ratio_span(num, den)
-    return (r[1], r[2]) if r and not math.isnan(r[1]) else None
-
-
 @dataclass(frozen=True)
 class Verdict:
     """One claim judged against this run (verdicts.json ``claims``): the registry's entry as it stands (statement,
@@ -280,17 +274,19 @@ def _adapter_scaling(m: dict[str, Any], ctx: Context) -> tuple[Any, str, list[st
         why = not_ok[0].get("status") if not_ok else "needs one server measuring two or more adapter counts"
         return None, str(why), [], None
     _, _, _, server, few, many = sorted(candidates, key=lambda c: (-c[0], -c[1], -c[2], c[3]))[0]
-    value = 100.0 * (many["throughput_median"] / few["throughput_median"] - 1)
-    span = _throughput_span(many, few)
+    # stats.ratio_span: paired per cycle where both cells are of one job (the median of the ratios, as _ratio
+    # reads them), else the ratio of the medians; both cells have a median, so it gives a ratio
+    r = ratio_span(many, few)
+    assert r is not None
+    value, span = r[0], (None if math.isnan(r[1]) else (r[1], r[2]))
     note = (
         f"{server} (max_loras {few.get('max_loras')}, max_cpu_loras {few.get('max_cpu_loras') or 'default'}), "
         f"{m['assignment']}, burst {few['burst']}: {_adapters(_adapter_count(many))} "
         f"{many['throughput_median']:.0f} tok/s vs {_adapters(_adapter_count(few))} "
         f"{few['throughput_median']:.0f} tok/s"
     )
-    pairs, r = paired_ratios(many, few), ratio_span(many, few)
-    if pairs and r:  # two cells of one job, as in _ratio: the median of the ratios of one cycle's bursts
-        value = r[0]
+    pairs = paired_ratios(many, few)
+    if pairs:
         note += f"; {len(pairs)} pairs of measurements taken close together"
     slots = few.get("max_loras")
     if slots and min(_adapter_count(many), many["burst"]) > slots:
