@@ -25,6 +25,7 @@
 #   bash dev/engine_stretch.sh pack OUTDIR            one archive per finished job (records compressed), plus logs,
 #                                                     the steps' times and machine.txt (boot id, GPU UUID: which
 #                                                     machine, for sweeps of several loans compared in one table)
+# ADAPTERS: at prepare, only these adapters (names) instead of every one of the config.
 # SITE: the overlay naming the machine's engine installations (default dev/device-site.yaml). ES: the folder of this
 # run (default /tmp/es; a second study on the same machine takes another, e.g. ES=/tmp/es2). SEED_FROM: at prepare,
 # a work folder of another run whose model and adapters (the same config keys) are copied instead of built again.
@@ -59,9 +60,12 @@ case "${1:-}" in
       mkdir -p "$W/results" && cp -a "$SEED_FROM/results/model" "$SEED_FROM/results/adapters" "$W/results/" \
         && find "$W/results" -exec touch {} + || exit 6
     fi
-    # every adapter, families' members included (the config as the workflow reads it)
-    adapters=$(cd "$W" && python3 -c "from lorabench.config import load_file
+    # every adapter, families' members included (the config as the workflow reads it); ADAPTERS="r8 a": only those
+    # (a loan that runs some of the servers builds only their adapters)
+    if [ -n "${ADAPTERS:-}" ]; then adapters=$(for a in $ADAPTERS; do printf 'results/adapters/%s.json ' "$a"; done)
+    else adapters=$(cd "$W" && python3 -c "from lorabench.config import load_file
 print(' '.join('results/adapters/%s.json' % a for a in load_file('$cfg')['adapters']))") || exit 6
+    fi
     # the inputs are CPU jobs: every core of the host (many adapters build side by side, not one after another)
     CORES=$(nproc) smk "$cfg" results/model/manifest.json results/workload/requests.json $adapters > "$S/prepare.log" 2>&1 \
       || { step FAILED prepare; grep -E "Error|error" "$S/prepare.log" | tail -5 | cut -c1-200; exit 6; }
