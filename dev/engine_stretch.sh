@@ -9,6 +9,13 @@
 #                                                     SWEEP=1 its rate sweeps (rate_sweep.servers), after them
 #                                                     (SWEEP=first: before them);
 #                                                     PREFIX=1 its prefix-caching jobs (prefix_cache.server), first
+#   bash dev/engine_stretch.sh launch CONFIG ENGINE SECONDS OUTDIR [ES...]  the call that completes the kit: gives up at once
+#                                                     (exit 8) when nothing is being prepared here; else starts
+#                                                     CONFIG ENGINE detached once prepare has finished (a call cut
+#                                                     at its limit still leaves the run started), then waits and
+#                                                     packs as waitall, SECONDS in all (ES... after OUTDIR: the
+#                                                     runs queued behind it with `after`: their inputs are built
+#                                                     before the first job starts, and they are waited for too)
 #   bash dev/engine_stretch.sh after DIR CONFIG ENGINE  detached: once the run in DIR (another ES) has stopped and
 #                                                     this ES is prepared, start CONFIG ENGINE here: one server on
 #                                                     the GPU at a time, a second study queued behind the first
@@ -100,10 +107,31 @@ print(' '.join(t for t in first + ['results/servers/%s/facts.json' % s for s in 
       echo \"STEP DONE \$(date +%T)\" >> '$S/steps.log'" > "$S/driver.log" 2>&1 < /dev/null &
     echo $! > "$S/driver.pid"; echo "started $(cat "$S/driver.pid"): $targets"
     ;;
+  launch)
+    cfg=${2:?config}; engine=${3:?engine id}; end=$(( $(date +%s) + ${4:?seconds} )); out=${5:?output folder}
+    # a first call that got no machine leaves nothing prepared on this one: waiting for inputs would burn the call
+    [ -f "$S/steps.log" ] || { echo "nothing is being prepared in $S (did the prepare call reach this machine?)"; exit 8; }
+    me=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+    # the runs queued behind this one build their inputs first too: no build shares the host with a measurement
+    setsid nohup bash -c "
+      while :; do
+        grep -qs 'FAILED prepare' '$S/steps.log' && { echo 'prepare failed: nothing started'; exit 6; }
+        ready=1; for d in '$S' ${*:6}; do grep -qsE 'prepared|FAILED' \$d/steps.log || ready=0; done
+        [ \$ready = 1 ] && break; sleep 2
+      done
+      bash '$me' start '$cfg' '$engine'" > "$S/launch.log" 2>&1 < /dev/null &
+    while [ ! -f "$S/driver.pid" ] && ! grep -qs FAILED "$S/steps.log" && [ "$(date +%s)" -lt "$end" ]; do sleep 2; done
+    sleep 1; cut -c1-300 "$S/launch.log"; cat "$S/steps.log"
+    grep -q 'FAILED prepare' "$S/steps.log" && exit 6
+    left=$(( end - $(date +%s) )); [ "$left" -gt 0 ] || left=1
+    bash "$me" waitall "$left" "$out" "$S" "${@:6}"
+    ;;
   after)
     prev=${2:?folder of the run to wait for}; cfg=${3:?config}; engine=${4:?engine id}
     setsid nohup bash -c "
       sleep 5
+      # the run before may not have started yet (queued before a launch): wait for it to start or to fail first
+      while [ ! -f '$prev/driver.pid' ] && ! grep -qs 'FAILED prepare' '$prev/steps.log'; do sleep 3; done
       while kill -0 \$(cat '$prev/driver.pid' 2>/dev/null) 2>/dev/null; do sleep 3; done
       while ! grep -qE 'prepared|FAILED' '$S/steps.log' 2>/dev/null; do sleep 3; done
       grep -q 'FAILED prepare' '$S/steps.log' && exit 6

@@ -1,0 +1,62 @@
+"""dev/engine_stretch.sh launch: the call that completes the kit neither waits for inputs nobody is preparing nor
+starts a run whose preparation failed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+from .conftest import ROOT
+
+SCRIPT = ROOT / "dev/engine_stretch.sh"
+
+
+def launch(es, out, seconds=30):
+    env = {**os.environ, "ES": str(es)}
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), "launch", "config/studies/llama2-7b-rank16.yaml", "vllm", str(seconds), str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+    )
+    return proc, time.monotonic() - t0
+
+
+def test_launch_gives_up_at_once_when_nothing_is_being_prepared(tmp_path):
+    # loan 6's first batch: the prepare call got no machine, and the starting call waited 450 s on the next one
+    proc, took = launch(tmp_path / "es", tmp_path / "out")
+    assert proc.returncode == 8
+    assert "nothing is being prepared" in proc.stdout
+    assert took < 10
+    assert not (tmp_path / "es" / "driver.pid").exists()
+
+
+def test_launch_starts_nothing_after_a_failed_prepare(tmp_path):
+    es = tmp_path / "es"
+    es.mkdir()
+    (es / "steps.log").write_text("STEP prepare config/studies/llama2-7b-rank16.yaml 03:28:27\nSTEP FAILED prepare\n")
+    proc, took = launch(es, tmp_path / "out")
+    assert proc.returncode == 6
+    assert took < 15
+    assert not (es / "driver.pid").exists()
+
+
+def test_launch_waits_for_the_inputs_of_the_runs_queued_behind_it(tmp_path):
+    # the second study's model and adapters build before the first job starts, not beside a measurement
+    es, es2 = tmp_path / "es", tmp_path / "es2"
+    es.mkdir()
+    (es / "steps.log").write_text("STEP prepare a.yaml 03:28:27\nSTEP prepared 03:29:39\n")
+    env = {**os.environ, "ES": str(es)}
+    args = ["bash", str(SCRIPT), "launch", "config/studies/llama2-7b-rank16.yaml", "vllm", "4", str(tmp_path / "out")]
+    proc = subprocess.run([*args, str(es2)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    assert not (es / "driver.pid").exists(), proc.stdout + proc.stderr
+    # the watcher goes on waiting; a failed prepare ends it without a start
+    with open(es / "steps.log", "a") as f:
+        f.write("STEP FAILED prepare\n")
+    time.sleep(4)
+    assert "prepare failed: nothing started" in (es / "launch.log").read_text()
+    assert not (es / "driver.pid").exists()
