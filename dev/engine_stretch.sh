@@ -4,7 +4,8 @@
 # project outside the working tree (later calls re-lay the tree), and each finished job comes back as one archive.
 #   bash dev/engine_stretch.sh prepare CONFIG         install .whl-snake, copy the tree, build model/adapters/requests
 #   bash dev/engine_stretch.sh start CONFIG ENGINE    detached: the engine's record, then its server jobs (LoRA off
-#                                                     first, then by slot count); ONLY=REGEX keeps matching targets;
+#                                                     first, then by slot count); ONLY=REGEX keeps matching targets,
+#                                                     LAST=REGEX puts matching ones last;
 #                                                     RUNTIME=1 adds the engine's runtime-loading jobs, last;
 #                                                     SWEEP=1 its rate sweeps (rate_sweep.servers), after them
 #                                                     (SWEEP=first: before them);
@@ -94,7 +95,10 @@ sweeps = on('1' if '${SWEEP:-0}' in ('1', 'first') else '0', rate_sweep_mixes(c)
 first, extra = (first + sweeps, extra) if '${SWEEP:-0}' == 'first' else (first, extra + sweeps)
 import os, re
 keep = os.environ.get('ONLY') or '.'
-print(' '.join(t for t in first + ['results/servers/%s/facts.json' % s for s in srv] + extra if re.search(keep, t)))")
+ts = [t for t in first + ['results/servers/%s/facts.json' % s for s in srv] + extra if re.search(keep, t)]
+last = os.environ.get('LAST')
+ts = [t for t in ts if not (last and re.search(last, t))] + [t for t in ts if last and re.search(last, t)]
+print(' '.join(ts))")
     setsid nohup bash -c "
       cd '$W'
       echo \"STEP env $engine \$(date +%T)\" >> '$S/steps.log'
