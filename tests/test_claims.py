@@ -259,3 +259,25 @@ def test_sglangs_slot_cliff_in_ttft_is_judged_on_the_ratio_paired_per_cycle(n32_
     assert v.evidence == ["sglang-ml8/n32-uniform/48", "sglang-ml8/n8-uniform/48"]
     assert v.verdict == verdict, v.why
     assert "7 pairs of measurements taken close together" in v.why
+
+
+def test_a_ratio_verdict_carries_the_span_it_was_tested_against():
+    # vLLM PR #11267's one rank-8 adapter on the H200 (studies/llama2-7b-rank16-h200): across two servers, so the
+    # span is what the two cells' intervals allow; the report shows it beside the figure
+    study = ROOT / "studies" / "llama2-7b-rank16-h200"
+    ctx7b = Context(
+        read_json(study / "summary" / "summary.json"),
+        read_json(study / "model" / "manifest.json"),
+        [read_json(study / "adapters" / "r8.json")],
+        read_json(ROOT / "config" / "models" / "qwen3-1.7b.json"),
+    )
+    claims = [c for c in load_claims(ROOT / "config" / "claims.yaml") if c["id"] == "ext-vllm-pr11267-7b-rank8"]
+    (v,) = evaluate(claims, ctx7b)
+    assert v.verdict == "direction only" and v.span is not None
+    lo, hi = v.span
+    assert lo < v.measured < hi and hi < 0 and not lo <= claims[0]["claimed"]["value"] <= hi
+    assert Verdict.from_json(v.to_json()).to_json() == v.to_json()
+    assert v.to_json()["span"] == [round(lo, 2), round(hi, 2)]
+    # a verdict without a figure has no span, and its record no key for one
+    not_run = Verdict.from_json({**v.to_json(), "measured": None, "verdict": "not run", "span": None})
+    assert "span" not in not_run.to_json()

@@ -69,6 +69,11 @@ def test_rebuild_runs_the_report_rules_and_lists_unmeasured_servers(tmp_path: Pa
     assert (out / "report" / "provenance.json").exists() and list((out / "report").glob("*.png"))
     verdicts = read_json(out / "claims" / "verdicts.json")
     assert verdicts["claims"] and all(c["verdict"] for c in verdicts["claims"])
+    # a measured ratio's span stands beside it in the claims table
+    spans = [c for c in verdicts["claims"] if c.get("span")]
+    assert spans
+    lo, hi = spans[0]["span"]
+    assert f"{spans[0]['measured_text']} <span class=\"muted\">[{lo:+.1f}, {hi:+.1f}]</span>" in html
     summary = read_json(out / "summary" / "summary.json")
     status = {r["server"]: r["status"] for r in summary["rows"]}
     assert status["lora-2"] == "ok"

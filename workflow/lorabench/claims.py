@@ -68,6 +68,7 @@ class Verdict:
     evidence: list[str]
     finding: str | None = None
     engine: str | None = None
+    span: tuple[float, float] | None = None  # a ratio's span in percent (paired, or across two servers' cells)
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "source": self.source, "section": self.section, "statement": self.statement,
@@ -75,7 +76,8 @@ class Verdict:
                 "measured": self.measured, "measured_text": self.measured_text, "claimed_text": self.claimed_text,
                 "rule_result": self.rule_result, "verdict": self.verdict, "why": self.why, "evidence": self.evidence,
                 **({"finding": self.finding} if self.finding else {}),
-                **({"engine": self.engine} if self.engine else {})}  # fmt: skip
+                **({"engine": self.engine} if self.engine else {}),
+                **({"span": [round(v, 2) for v in self.span]} if self.span else {})}  # fmt: skip
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Verdict:
@@ -84,7 +86,7 @@ class Verdict:
         return cls(d["id"], d["source"], str(d["section"]), d["statement"], d["claimed"], d.get("context"),
                    d["measure"], d["rule"], d.get("measured"), d["measured_text"], d["claimed_text"],
                    d.get("rule_result"), d["verdict"], d["why"], list(d.get("evidence") or []),
-                   d.get("finding"), d.get("engine"))  # fmt: skip
+                   d.get("finding"), d.get("engine"), tuple(d["span"]) if d.get("span") else None)  # fmt: skip
 
 
 class Inconclusive(str):
@@ -731,6 +733,8 @@ def evaluate(claims: list[dict[str, Any]], ctx: Context) -> list[Verdict]:
                 evidence=evidence,
                 finding=claim.get("finding") or None,
                 engine=claim_engine(claim),
+                # how stable the figure is, beside it: the span the verdict was tested against
+                span=span if value is not None else None,
             )
         )
     return out
