@@ -73,7 +73,7 @@ def test_rebuild_runs_the_report_rules_and_lists_unmeasured_servers(tmp_path: Pa
     spans = [c for c in verdicts["claims"] if c.get("span")]
     assert spans
     lo, hi = spans[0]["span"]
-    assert f"{spans[0]['measured_text']} <span class=\"muted\">[{lo:+.1f}, {hi:+.1f}]</span>" in html
+    assert f'{spans[0]["measured_text"]} <span class="muted">[{lo:+.1f}, {hi:+.1f}]</span>' in html
     summary = read_json(out / "summary" / "summary.json")
     status = {r["server"]: r["status"] for r in summary["rows"]}
     assert status["lora-2"] == "ok"
