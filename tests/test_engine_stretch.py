@@ -12,11 +12,13 @@ from .conftest import ROOT
 SCRIPT = ROOT / "dev/engine_stretch.sh"
 
 
-def launch(es, out, seconds=30):
+def launch(es, out, seconds=30, *queued):
+    """``launch`` with ES=es, its runs queued behind it (``after``) named by ``queued``; (result, seconds taken)."""
     env = {**os.environ, "ES": str(es)}
+    args = ["launch", "config/studies/llama2-7b-rank16.yaml", "vllm", str(seconds), str(out), *map(str, queued)]
     t0 = time.monotonic()
     proc = subprocess.run(
-        ["bash", str(SCRIPT), "launch", "config/studies/llama2-7b-rank16.yaml", "vllm", str(seconds), str(out)],
+        ["bash", str(SCRIPT), *args],
         capture_output=True,
         text=True,
         env=env,
@@ -50,9 +52,7 @@ def test_launch_waits_for_the_inputs_of_the_runs_queued_behind_it(tmp_path):
     es, es2 = tmp_path / "es", tmp_path / "es2"
     es.mkdir()
     (es / "steps.log").write_text("STEP prepare a.yaml 03:28:27\nSTEP prepared 03:29:39\n")
-    env = {**os.environ, "ES": str(es)}
-    args = ["bash", str(SCRIPT), "launch", "config/studies/llama2-7b-rank16.yaml", "vllm", "4", str(tmp_path / "out")]
-    proc = subprocess.run([*args, str(es2)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    proc, _ = launch(es, tmp_path / "out", 4, es2)
     assert not (es / "driver.pid").exists(), proc.stdout + proc.stderr
     # the watcher goes on waiting; a failed prepare ends it without a start
     with open(es / "steps.log", "a") as f:
