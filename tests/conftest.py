@@ -33,6 +33,21 @@ EAGER = {"enforce_eager": True}
 INPUTS = ("model", "adapters", "workload", "envs")
 
 
+# `make test` runs the suite on two pytest-xdist workers (-n 2 --dist loadgroup). A measuring job takes the machine's
+# one device and refuses to start beside a live engine server of any other run (lorabench/device.py), so every test
+# that starts engine servers (marked slow) or a process that looks like one (marked engine_processes) is put in one
+# xdist group: they run one after another on one worker, in file order, sharing the session's study fixtures, while
+# the other worker takes the tests that start none.
+SERVERS_GROUP = "engine-servers"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slow") or item.get_closest_marker("engine_processes"):
+            item.add_marker(pytest.mark.xdist_group(SERVERS_GROUP))
+
+
 @pytest.fixture(scope="session")
 def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The default study, run once per test session in a copy of the repository with ``LIGHTER`` measurement

@@ -5,10 +5,13 @@ YAML booleans, the API key kept out of logs, and the engine venv key."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -59,6 +62,7 @@ def test_several_devices_each_job_its_own(locks, monkeypatch):
         assert "device 0" in str(e.value) and "device 1" in str(e.value)
 
 
+@pytest.mark.engine_processes
 def test_live_foreign_server_on_the_device_is_refused_naming_it(locks):
     marker = get_engine("vllm").server_markers[0]
     assert marker in all_server_markers()
@@ -263,3 +267,43 @@ def test_an_environment_is_byte_compiled_on_every_core_after_pip(tmp_path: Path,
     assert [c[2] for c in calls[1:]] == ["pip", "pip", "compileall"]  # install, uninstall, then compile
     assert calls[-1][-4:] == ["-q", "-j", "0", str(venv / "lib")]
     assert (venv / ".complete").exists()
+
+
+def test_a_second_build_of_the_same_environment_waits_for_the_first(tmp_path: Path, monkeypatch, caplog):
+    """Two runs sharing env_root: the second waits on the first one's lock instead of removing its half-built
+    venv, then reuses it where the first one finished it, or builds it where the first one died halfway."""
+    calls: list[list[str]] = []
+
+    def run(argv: list[str], env=None, what: str = "", heartbeat_s: float = 30.0) -> str:
+        calls.append(argv)
+        if argv[1:3] == ["-m", "venv"]:
+            Path(argv[3]).mkdir(parents=True)
+        return ""
+
+    monkeypatch.setattr(envs, "_run", run)
+    req = tmp_path / "req.txt"
+    req.write_text("tiny==1.0\n")
+    spec = {"engine": "e", "version": "1", "requirements": str(req), "env_root": str(tmp_path / "envs"),
+            "python_version": f"{sys.version_info.major}.{sys.version_info.minor}"}  # fmt: skip
+    venv = venv_path(spec)
+    for finished in (True, False):
+        venv.mkdir(parents=True)  # the first run's build, halfway
+        fd = os.open(venv.with_name(venv.name + ".lock"), os.O_RDWR | os.O_CREAT)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, b"pid 4242\n")
+        got: list[Path] = []
+        second = threading.Thread(target=lambda out=got: out.append(envs.build_venv(spec)))
+        with caplog.at_level("INFO", logger="lorabench.envs"):
+            second.start()
+            time.sleep(0.5)
+            assert second.is_alive() and venv.is_dir() and not calls  # waiting; the half-built venv untouched
+            if finished:
+                (venv / ".complete").write_text("done\n")
+            os.close(fd)  # the first run ends (or dies): the kernel releases its lock
+            second.join(10)
+        assert got == [venv] and (venv / ".complete").exists()
+        assert "waiting for pid 4242 to finish building" in caplog.text
+        assert bool(calls) is not finished, calls  # reused as the first run left it, else built anew
+        shutil.rmtree(venv)
+        calls.clear()
+        caplog.clear()

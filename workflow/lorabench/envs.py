@@ -2,12 +2,15 @@
 
 A venv is built from a pinned requirements file in ``envs/`` (installed with ``--no-deps`` so it holds exactly
 that list), into ``{env_root}/{engine}-{version}-{hash}``; a ``.complete`` marker is written last, so a build
-killed halfway is redone rather than trusted. Either way the resolved version is checked against the config and
-a full ``pip freeze`` is recorded.
+killed halfway is redone rather than trusted, and a lock file beside it (``{name}.lock``) makes a second run that
+needs the same venv wait for the first one's build instead of removing it as incomplete. Either way the resolved
+version is checked against the config and a full ``pip freeze`` is recorded.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import shutil
@@ -15,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +136,32 @@ def _byte_compile(py: str, venv: Path) -> None:
         log.info("%s some files do not compile (listed above), left as pip leaves them", str(exc).splitlines()[0])
 
 
+@contextlib.contextmanager
+def _build_lock(venv: Path) -> Iterator[None]:
+    """Hold ``{venv}.lock`` (an exclusive ``flock``) while the venv is checked and built: two runs sharing an
+    env_root (two studies started together, or a build started ahead of a run) take turns, the second then finding
+    the first one's complete venv, instead of deleting each other's half-built one. The holder's pid is in the file;
+    the kernel releases the lock when the holder dies, however it dies."""
+    path = venv.with_name(venv.name + ".lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = path.read_text().strip() or "another process"
+            log.info("waiting for %s to finish building %s", holder, venv)
+            t0 = time.monotonic()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            log.info("waited %.0f s for the other build", time.monotonic() - t0)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()}\n".encode())
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+        os.close(fd)  # releases the lock
+
+
 def build_venv(spec: dict[str, Any]) -> Path:
     req = Path(spec["requirements"])
     root = Path(spec["env_root"]).resolve()
@@ -140,18 +170,22 @@ def build_venv(spec: dict[str, Any]) -> Path:
     if marker.exists():
         log.info("reusing engine environment %s", venv)
         return venv
-    if venv.exists():
-        log.warning("removing incomplete environment %s", venv)
-        shutil.rmtree(venv)
     root.mkdir(parents=True, exist_ok=True)
-    log.info("building engine environment %s (a few minutes; %.1f GiB free there)", venv, _free_gib(root))
-    _run([_interpreter(spec["python_version"]), "-m", "venv", str(venv)], what="venv")
-    py = str(venv / "bin" / "python")
-    _pip_install(py, req, root)
-    if spec.get("remove"):
-        _run([py, "-m", "pip", "uninstall", "-y", *spec["remove"]], what="pip uninstall")
-    _byte_compile(py, venv)
-    marker.write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z") + "\n")
+    with _build_lock(venv):
+        if marker.exists():  # built by the run this one waited for
+            log.info("reusing engine environment %s", venv)
+            return venv
+        if venv.exists():
+            log.warning("removing incomplete environment %s", venv)
+            shutil.rmtree(venv)
+        log.info("building engine environment %s (a few minutes; %.1f GiB free there)", venv, _free_gib(root))
+        _run([_interpreter(spec["python_version"]), "-m", "venv", str(venv)], what="venv")
+        py = str(venv / "bin" / "python")
+        _pip_install(py, req, root)
+        if spec.get("remove"):
+            _run([py, "-m", "pip", "uninstall", "-y", *spec["remove"]], what="pip uninstall")
+        _byte_compile(py, venv)
+        marker.write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z") + "\n")
     return venv
 
 
