@@ -19,20 +19,19 @@ FIXTURES = ROOT / "tests" / "fixtures"
 
 # The default study's measurement, lighter for the tests (they check behaviour, not figures; `make study` runs it
 # as configured): 6 cycles exactly (the fewest with a true 95 % interval), at most 20 s of bursts per server job,
-# bursts of 4 only (the default study's bursts of 8 took 60 % of a cycle's time: about 75 s of the session).
+# bursts of 4 only (its two LoRA server jobs then took 69 and 60 s instead of 97 and 97 s, on 2026-12-05).
 LIGHTER = {
     "repetitions": "6",
     "max_repetitions": "6",
     "max_measuring_s": "20",
     "bursts": "[4]",
 }
-# Server flags of the test-made studies: no torch.compile, and the model's worker inside the engine-core process.
-# A study copy's compile cache starts empty (it lives in the study's results/), and its first vLLM start would
-# compile for about 50 s of the 2 cores; the default study's run (the session's `study`) keeps the compile cache and
-# reports its hits. vLLM's default executor starts the worker as a third process, which imports vLLM once more:
-# about 4 s of each start here (28-33 s instead of 32-38 s to ready, the tiny model, 2 cores). The default study
-# and the SLURM study keep vLLM's default executor, the three processes a user's server has.
-EAGER = {"enforce_eager": True, "distributed_executor_backend": "uni"}
+# Server flags of the test-made studies: no torch.compile. A study copy's compile cache starts empty (it lives in
+# the study's results/), and its first vLLM start would compile for about 50 s of the 2 cores; the default study's
+# run (the session's `study`) keeps the compile cache and reports its hits. (vLLM's single-process executor,
+# distributed_executor_backend uni, was tried for faster starts and was slower: ready after a median 38 s against 32 s
+# with the default executor, 8 starts each, in two `make test` runs of 2026-12-05 on 2 cores.)
+EAGER = {"enforce_eager": True}
 # What a study builds before any server starts, made once per test session and copied into the studies of the
 # tests that are about servers, not builds (model, adapters, request set, engine environment record).
 INPUTS = ("model", "adapters", "workload", "envs")
