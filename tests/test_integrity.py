@@ -243,25 +243,36 @@ def test_full_disk_stops_the_build_at_once_naming_the_folders(tmp_path: Path):
     assert (tmp_path / "calls").read_text().strip() == "1"
 
 
-def test_an_environment_is_byte_compiled_on_every_core_after_pip(tmp_path: Path, monkeypatch):
-    """pip installs without compiling (it would, one file at a time); compileall -j 0 does it after, and a file
-    that does not compile (exit 1) leaves the environment complete, as pip would."""
+def _record_runs(monkeypatch, compileall_error: str = "") -> list[list[str]]:
+    """``envs._run`` replaced by a recorder of its command lines: ``-m venv`` makes the folder, every other command
+    does nothing, except compileall, which fails with ``compileall_error`` where one is given."""
     calls: list[list[str]] = []
 
     def run(argv: list[str], env=None, what: str = "", heartbeat_s: float = 30.0) -> str:
         calls.append(argv)
         if argv[1:3] == ["-m", "venv"]:
             Path(argv[3]).mkdir(parents=True)
-        if "compileall" in argv:
-            raise RuntimeError("byte-compile failed (exit 1):\n*** Error compiling 'py2_sample.py'")
+        if compileall_error and "compileall" in argv:
+            raise RuntimeError(f"byte-compile failed (exit 1):\n{compileall_error}")
         return ""
 
     monkeypatch.setattr(envs, "_run", run)
+    return calls
+
+
+def _venv_spec(tmp_path: Path, **extra) -> dict:
+    """An engine environment's spec with a one-line requirements file, under ``tmp_path/envs``."""
     req = tmp_path / "req.txt"
     req.write_text("tiny==1.0\n")
-    spec = {"engine": "e", "version": "1", "requirements": str(req), "env_root": str(tmp_path / "envs"),
-            "python_version": f"{sys.version_info.major}.{sys.version_info.minor}", "remove": ["x"]}  # fmt: skip
-    venv = envs.build_venv(spec)
+    return {"engine": "e", "version": "1", "requirements": str(req), "env_root": str(tmp_path / "envs"),
+            "python_version": f"{sys.version_info.major}.{sys.version_info.minor}", **extra}  # fmt: skip
+
+
+def test_an_environment_is_byte_compiled_on_every_core_after_pip(tmp_path: Path, monkeypatch):
+    """pip installs without compiling (it would, one file at a time); compileall -j 0 does it after, and a file
+    that does not compile (exit 1) leaves the environment complete, as pip would."""
+    calls = _record_runs(monkeypatch, compileall_error="*** Error compiling 'py2_sample.py'")
+    venv = envs.build_venv(_venv_spec(tmp_path, remove=["x"]))
     pip = next(c for c in calls if c[1:4] == ["-m", "pip", "install"])
     assert "--no-compile" in pip
     assert [c[2] for c in calls[1:]] == ["pip", "pip", "compileall"]  # install, uninstall, then compile
@@ -272,19 +283,8 @@ def test_an_environment_is_byte_compiled_on_every_core_after_pip(tmp_path: Path,
 def test_a_second_build_of_the_same_environment_waits_for_the_first(tmp_path: Path, monkeypatch, caplog):
     """Two runs sharing env_root: the second waits on the first one's lock instead of removing its half-built
     venv, then reuses it where the first one finished it, or builds it where the first one died halfway."""
-    calls: list[list[str]] = []
-
-    def run(argv: list[str], env=None, what: str = "", heartbeat_s: float = 30.0) -> str:
-        calls.append(argv)
-        if argv[1:3] == ["-m", "venv"]:
-            Path(argv[3]).mkdir(parents=True)
-        return ""
-
-    monkeypatch.setattr(envs, "_run", run)
-    req = tmp_path / "req.txt"
-    req.write_text("tiny==1.0\n")
-    spec = {"engine": "e", "version": "1", "requirements": str(req), "env_root": str(tmp_path / "envs"),
-            "python_version": f"{sys.version_info.major}.{sys.version_info.minor}"}  # fmt: skip
+    calls = _record_runs(monkeypatch)
+    spec = _venv_spec(tmp_path)
     venv = venv_path(spec)
     for finished in (True, False):
         venv.mkdir(parents=True)  # the first run's build, halfway
