@@ -55,8 +55,8 @@ def test_rebuild_runs_the_report_rules_and_lists_unmeasured_servers(tmp_path: Pa
     _saved_study(res)
     before = _digests(res)
     tool = ROOT / "tools" / "rebuild_study.py"
-    proc = subprocess.run(
-        [sys.executable, str(tool), str(res), str(out), "--config", "config/config.yaml"],
+    proc = subprocess.run(  # published under another name than the config's (as a study run on another machine)
+        [sys.executable, str(tool), str(res), str(out), "--config", "config/config.yaml", "--study", "cpu-run-b"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -66,6 +66,7 @@ def test_rebuild_runs_the_report_rules_and_lists_unmeasured_servers(tmp_path: Pa
     assert _digests(res) == before  # the saved results are only read
     html = (out / "report" / "index.html").read_text()
     assert "lora-4" in html and "not measured yet" in html
+    assert "lorabench report: cpu-run-b" in html
     assert (out / "report" / "provenance.json").exists() and list((out / "report").glob("*.png"))
     verdicts = read_json(out / "claims" / "verdicts.json")
     assert verdicts["claims"] and all(c["verdict"] for c in verdicts["claims"])

@@ -5,7 +5,10 @@ under studies/: the pipeline's own rules (summary_aggregate, queues_summary, cla
 with this checkout's code and claims file on a copy of the results, so a rebuilt study takes exactly the code
 paths of a normal run. RESULTS_DIR itself is never modified.
 
-usage: .venv/bin/python tools/rebuild_study.py RESULTS_DIR OUT_DIR --config config/gpu-h200.yaml
+usage: .venv/bin/python tools/rebuild_study.py RESULTS_DIR OUT_DIR --config config/gpu-h200.yaml [--study NAME]
+
+--study publishes the study under another name than the config's `study` (the report's title and its bundle):
+for a config run on another kind of machine than the one its name says (llama2-7b-rank16-h100).
 
 RESULTS_DIR holds what study_results.py restores (servers/*, runtime_load/*, prefix_cache/*, rate_sweep/*) plus
 envs/*.json, adapters/*.json and model/manifest.json. Servers and sweeps of the config not measured yet get stub
@@ -175,9 +178,12 @@ def link_checkout(work: Path) -> None:
             (work / p.name).symlink_to(p)
 
 
-def snakemake(work: Path, config: Path, targets: list[str], rules: tuple[str, ...], force: bool) -> None:
+def snakemake(
+    work: Path, config: Path, targets: list[str], rules: tuple[str, ...], force: bool, study: str | None = None
+) -> None:
     cmd = [sys.executable, "-m", "snakemake", *targets, "--snakefile", str(ROOT / "workflow" / "Snakefile")]
     cmd += ["--cores", "1", "--scheduler", "greedy", "--configfile", str(config), "--replace-workflow-config"]
+    cmd += ["--config", f"study={study}"] if study else []
     cmd += ["--rerun-triggers", *TRIGGERS, "--allowed-rules", *rules, *(["--forcerun", *rules] if force else [])]
     proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -185,7 +191,7 @@ def snakemake(work: Path, config: Path, targets: list[str], rules: tuple[str, ..
         raise RebuildError(f"snakemake {' '.join(targets)} failed:\n{proc.stderr[-6000:]}\n{logs}")
 
 
-def rebuild(results: Path, out: Path, config: Path) -> Path:
+def rebuild(results: Path, out: Path, config: Path, study: str | None = None) -> Path:
     cfg = load_file(config)
     with tempfile.TemporaryDirectory(prefix="lorabench-rebuild-") as tmp:
         work = Path(tmp)
@@ -195,7 +201,7 @@ def rebuild(results: Path, out: Path, config: Path) -> Path:
         if not (work / "results" / "workload" / "requests.json").exists():
             snakemake(work, config.resolve(), ["results/workload/requests.json"], ("workload_requests",), False)
         rules = REPORT_RULES + (SWEEP_RULES if rate_sweep_mixes(cfg) else ())
-        snakemake(work, config.resolve(), ["results/report/index.html"], rules, True)
+        snakemake(work, config.resolve(), ["results/report/index.html"], rules, True, study)
         logs = work / "logs"
         built = [r for r in UPSTREAM_RULES if (logs / f"{r}.log").exists() or (logs / r).is_dir()]
         if built:
@@ -268,9 +274,10 @@ def main() -> int:
     ap.add_argument("results", type=Path)
     ap.add_argument("out", type=Path)
     ap.add_argument("--config", type=Path, required=True)
+    ap.add_argument("--study", help="the name to publish the study under (default: the config's)")
     args = ap.parse_args()
     try:
-        print(rebuild(args.results.resolve(), args.out.resolve(), args.config))
+        print(rebuild(args.results.resolve(), args.out.resolve(), args.config, args.study))
     except RebuildError as e:
         print(f"rebuild_study: {e}", file=sys.stderr)
         return 1
