@@ -174,3 +174,23 @@ def test_many_adapter_rows_and_plot(tmp_path):
     assert [r["assignment"] for r in many_adapter_rows(zrows, q, zipf)] == ["zipf s=1.1", "zipf s=1.5"]
     out = plots.adapter_scaling(many, tmp_path / "m.png")
     assert out and out.stat().st_size > 5000
+
+
+def test_the_slot_cliff_chart_is_drawn_only_where_a_condition_ran_on_two_slot_counts(tmp_path):
+    """A study of one LoRA server, or of servers of one slot count, has no slot cliff to draw: no chart (the
+    Llama-2-7B studies once showed an empty one), where two slot counts give one."""
+    from lorabench import plots
+
+    def row(server: str, slots: int, condition: str, tok_s: float) -> dict:
+        return {"server": server, "engine": "vllm", "lora": True, "max_loras": slots, "status": "ok",
+                "condition": condition, "burst": 48, "throughput_median": tok_s}  # fmt: skip
+
+    one_server = [row("ml32", 32, "base", 5000.0), row("ml32", 32, "uniform", 2500.0)]
+    assert plots.slot_cliff(one_server, tmp_path / "a.png", skip="base") is None
+    # two slot counts, but only the base model's condition on both: nothing to draw either
+    base_only = [*one_server, row("ml2", 2, "base", 5100.0)]
+    assert plots.slot_cliff(base_only, tmp_path / "b.png", skip="base") is None
+    assert not list(tmp_path.glob("*.png"))
+    two = [*base_only, row("ml2", 2, "uniform", 900.0)]
+    out = plots.slot_cliff(two, tmp_path / "c.png", skip="base")
+    assert out and out.stat().st_size > 5000

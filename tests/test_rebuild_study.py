@@ -54,6 +54,8 @@ def test_rebuild_runs_the_report_rules_and_lists_unmeasured_servers(tmp_path: Pa
     res, out = tmp_path / "results", tmp_path / "study"
     _saved_study(res)
     before = _digests(res)
+    (out / "report").mkdir(parents=True)
+    (out / "report" / "old_figure.png").write_bytes(b"a figure an earlier rebuild rendered")
     tool = ROOT / "tools" / "rebuild_study.py"
     proc = subprocess.run(  # published under another name than the config's (as a study run on another machine)
         [sys.executable, str(tool), str(res), str(out), "--config", "config/config.yaml", "--study", "cpu-run-b"],
@@ -67,6 +69,7 @@ def test_rebuild_runs_the_report_rules_and_lists_unmeasured_servers(tmp_path: Pa
     html = (out / "report" / "index.html").read_text()
     assert "lora-4" in html and "not measured yet" in html
     assert "lorabench report: cpu-run-b" in html
+    assert not (out / "report" / "old_figure.png").exists()  # the report folder is this rebuild's only
     assert (out / "report" / "provenance.json").exists() and list((out / "report").glob("*.png"))
     verdicts = read_json(out / "claims" / "verdicts.json")
     assert verdicts["claims"] and all(c["verdict"] for c in verdicts["claims"])

@@ -227,6 +227,9 @@ def publish(cfg: dict, res: Path, built: Path, out: Path) -> None:
             else:
                 shutil.copy(built / sub / name, out / sub / name)
     (out / "report").mkdir(parents=True, exist_ok=True)
+    for f in (out / "report").iterdir():  # the report as this rebuild rendered it: no figure of an earlier one
+        if f.is_file():
+            f.unlink()
     for f in sorted((built / "report").iterdir()):
         if f.is_file():
             shutil.copy(f, out / "report" / f.name)

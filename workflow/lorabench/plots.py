@@ -52,29 +52,27 @@ def throughput_by_condition(rows: list[dict[str, Any]], out: Path, burst: int) -
 
 def slot_cliff(rows: list[dict[str, Any]], out: Path, skip: str | None = None) -> Path | None:
     """Throughput against slots per engine, condition and burst, for each measured on servers of two or more slot
-    counts; the condition ``skip`` (the base model's: it uses no slot) left out."""
+    counts; the condition ``skip`` (the base model's: it uses no slot) left out. None where no condition was
+    measured on two slot counts (a study of one LoRA server, or of servers of one slot count): no empty chart."""
     rows = [
         r
         for r in rows
         if r.get("lora") and r.get("max_loras") and r.get("status") == "ok" and r.get("throughput_median")
     ]
-    if not rows:
-        return None
-    fig, ax = plt.subplots(figsize=(6.5, 3.8), dpi=110)
+    lines = []
     for engine, cond, burst in sorted({(r["engine"], r["condition"], r["burst"]) for r in rows}):
         sel = sorted(
             (r for r in rows if (r["engine"], r["condition"], r["burst"]) == (engine, cond, burst)),
             key=lambda r: r["max_loras"],
         )
-        if len(sel) < 2 or cond == skip:
-            continue
-        ax.plot(
-            [r["max_loras"] for r in sel],
-            [r["throughput_median"] for r in sel],
-            marker="o",
-            label=f"{engine} {cond} (burst {burst})",
-        )
-    ax.set_xticks(sorted({int(r["max_loras"]) for r in rows}))  # slot counts are whole numbers
+        if len({r["max_loras"] for r in sel}) >= 2 and cond != skip:
+            lines.append((f"{engine} {cond} (burst {burst})", sel))
+    if not lines:
+        return None
+    fig, ax = plt.subplots(figsize=(6.5, 3.8), dpi=110)
+    for label, sel in lines:
+        ax.plot([r["max_loras"] for r in sel], [r["throughput_median"] for r in sel], marker="o", label=label)
+    ax.set_xticks(sorted({int(r["max_loras"]) for _, sel in lines for r in sel}))  # slot counts are whole numbers
     ax.set_xlabel("slots (max LoRAs per batch)")
     ax.set_ylabel("output tok/s (median)")
     ax.set_title("Slot cliff: more distinct adapters than slots")
