@@ -182,8 +182,7 @@ def test_the_slot_cliff_chart_is_drawn_only_where_a_condition_ran_on_two_slot_co
     from lorabench import plots
 
     def row(server: str, slots: int, condition: str, tok_s: float) -> dict:
-        return {"server": server, "engine": "vllm", "lora": True, "max_loras": slots, "status": "ok",
-                "condition": condition, "burst": 48, "throughput_median": tok_s}  # fmt: skip
+        return {**_row(server, condition, 1, tok_s, tok_s, tok_s), "max_loras": slots}
 
     one_server = [row("ml32", 32, "base", 5000.0), row("ml32", 32, "uniform", 2500.0)]
     assert plots.slot_cliff(one_server, tmp_path / "a.png", skip="base") is None
