@@ -9,8 +9,10 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -173,6 +175,67 @@ def test_api_key_never_in_the_logged_argv(tmp_path: Path):
     vspec = ServerSpec(server_id="v", engine="vllm", python="python", model_path="/m", served_name="m")
     vsrv = engine_server(get_engine("vllm"), vspec, "127.0.0.1", tmp_path / "log", None, api_key="s3cret-key")
     assert "s3cret-key" not in " ".join(vsrv.argv) and vsrv.env["VLLM_API_KEY"] == "s3cret-key"
+
+
+# What a vLLM server leaves in the temp dir and never removes: a ZMQ socket per channel, a rendezvous file per start.
+LITTER = """
+import os, socket, sys, tempfile, time, uuid
+d = tempfile.gettempdir()
+socket.socket(socket.AF_UNIX).bind(os.path.join(d, str(uuid.uuid4())))
+open(os.path.join(d, "vllm_dist_" + uuid.uuid4().hex), "w").close()
+print("inductor", os.environ["TORCHINDUCTOR_CACHE_DIR"], flush=True)
+time.sleep(300)
+"""
+
+
+def littering_server(tmp_path: Path, pidfile: Path):
+    from lorabench.server import ManagedServer
+
+    return ManagedServer([sys.executable, "-c", LITTER], {}, tmp_path / "server.log", "127.0.0.1", 1, "/", pidfile)
+
+
+@pytest.fixture()
+def short_tmp(monkeypatch):
+    """A temp dir of its own with a short path (a socket's path holds at most 107 bytes; tmp_path's are long)."""
+    tmp = Path(tempfile.mkdtemp(prefix="lbt-"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    yield tmp
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def wait_litter(folder: Path) -> None:
+    deadline = time.monotonic() + 30
+    while len(list(folder.iterdir())) < 2:
+        assert time.monotonic() < deadline, f"the server wrote nothing in {folder}"
+        time.sleep(0.05)
+
+
+def test_a_stopped_server_leaves_nothing_in_the_temp_dir(tmp_path: Path, short_tmp: Path, monkeypatch):
+    tmp = short_tmp
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    srv = littering_server(tmp_path, tmp_path / "server.pid")
+    srv.start()
+    assert srv.scratch and srv.scratch.parent == tmp
+    wait_litter(srv.scratch)
+    assert srv.pidfile.read_text().split() == [str(srv.proc.pid), str(srv.scratch)]
+    srv.stop()
+    assert list(tmp.iterdir()) == [] and not srv.pidfile.exists()
+    # torch's compile cache stays where it was (the temp dir), shared by every server
+    assert f"inductor {tmp}/torchinductor_" in (tmp_path / "server.log").read_text()
+
+
+def test_a_killed_attempts_temp_files_go_with_its_server(tmp_path: Path, short_tmp: Path):
+    tmp = short_tmp
+    first = littering_server(tmp_path, tmp_path / "server.pid")
+    first.start()
+    wait_litter(first.scratch)
+    os.killpg(first.proc.pid, signal.SIGKILL)  # the job was killed: its stop() never ran
+    first.proc.wait()
+    second = littering_server(tmp_path, tmp_path / "server.pid")
+    second.start()  # reaps the first attempt's group and its folder
+    assert [p.name for p in tmp.iterdir()] == [second.scratch.name]
+    second.stop()
+    assert list(tmp.iterdir()) == []
 
 
 def test_venv_key_covers_everything_that_changes_the_environment(tmp_path: Path):

@@ -8,8 +8,10 @@ import contextlib
 import copy
 import os
 import re
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -138,8 +140,17 @@ def test_interrupted_run_stops_the_server_and_leaves_no_complete_looking_result(
     assert not (work / "results/servers/solo/measurements.jsonl").exists()
 
 
-def test_killed_job_leaves_no_server_and_the_run_resumes_one_server_at_a_time(tmp_path: Path, built_inputs: Path):
+# What vLLM leaves in the temp dir when nothing cleans up after it: a ZMQ socket per channel (named by a uuid4), a
+# rendezvous file per start; and the folder each server gets for them (lorabench.server.scratch_env).
+LITTER = re.compile(r"^([0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}|vllm_dist_.*|lorabench-srv-.*)$")
+
+
+def test_killed_job_leaves_no_server_and_the_run_resumes_one_server_at_a_time(
+    tmp_path: Path, built_inputs: Path, monkeypatch
+):
     work = small_study(tmp_path, built_inputs)
+    tmp = Path(tempfile.mkdtemp(prefix="lbt-"))  # the jobs' temp dir, short (a socket path holds 107 bytes)
+    monkeypatch.setenv("TMPDIR", str(tmp))
     cfg = yaml.safe_load((work / "config/config.yaml").read_text())
     cfg["servers"]["solo2"] = copy.deepcopy(cfg["servers"]["solo"])
     (work / "config/config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -169,6 +180,9 @@ def test_killed_job_leaves_no_server_and_the_run_resumes_one_server_at_a_time(tm
     (a0, a1), (b0, b1) = (_job_window(work / f"logs/server_loadtest/{s}.log") for s in ("solo", "solo2"))
     assert a1 < b0 or b1 < a0, f"server jobs overlapped: solo {a0}..{a1}, solo2 {b0}..{b1}"
     assert wait_gone(str(work), 10) == []
+    # Three servers started (one killed with its job): none left its files in the temp dir.
+    assert [p.name for p in tmp.iterdir() if LITTER.match(p.name)] == []
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def long_study(tmp_path: Path, built: Path) -> Path:

@@ -12,12 +12,16 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import getpass
 import logging
 import os
+import re
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.error
@@ -129,7 +133,34 @@ def reap_stale(pidfile: Path) -> None:
     if group_alive(pgid):
         log.warning("reaping server group %d left by an earlier attempt (%s)", pgid, pidfile)
         kill_group(pgid)
+    for line in pidfile.read_text().splitlines()[1:2]:  # the attempt's scratch folder (ManagedServer.start)
+        remove_scratch(Path(line))
     pidfile.unlink(missing_ok=True)
+
+
+SCRATCH_PREFIX = "lorabench-srv-"  # short: a socket path in it holds at most 107 bytes
+
+
+def scratch_env(folder: Path) -> dict[str, str]:
+    """Environment that gives a server's temporary files a folder of its own (``TMPDIR``), removed once the server
+    has stopped: vLLM leaves a ZMQ socket per channel (``VLLM_RPC_BASE_PATH``, by default the temp dir) and a
+    rendezvous file per start in it, about five per server, that no one removes. Torch's compile cache, which
+    defaults to the temp dir too, stays where it was, so that servers still share it."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):  # no passwd entry (some containers)
+        user = f"uid_{os.getuid()}"
+    # where torch._inductor.runtime.cache_dir_utils.default_cache_dir puts it, without importing torch
+    inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(
+        tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user)
+    )
+    return {"TMPDIR": str(folder), "TORCHINDUCTOR_CACHE_DIR": inductor}
+
+
+def remove_scratch(folder: Path) -> None:
+    """Remove a server's scratch folder (only one this module made: a pidfile's second line is not trusted)."""
+    if folder.name.startswith(SCRATCH_PREFIX) and folder.parent == Path(tempfile.gettempdir()):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _log_tail(path: Path, lines: int = 30) -> str:
@@ -216,6 +247,7 @@ class ManagedServer:
         self.ready_path = ready_path
         self.pidfile = pidfile
         self.proc: subprocess.Popen[bytes] | None = None
+        self.scratch: Path | None = None  # the server's own temp dir, from start until it has stopped
         self.started_at = 0.0
         self.ready_s: float | None = None
 
@@ -239,9 +271,10 @@ class ManagedServer:
         logf = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         log.info("starting: %s", " ".join(self.public_argv))
         self.started_at = time.monotonic()
+        self.scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
         self.proc = subprocess.Popen(
             self.argv,
-            env={**os.environ, **self.env},
+            env={**os.environ, **scratch_env(self.scratch), **self.env},  # a TMPDIR in env (a spec's) wins
             stdout=logf,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -251,7 +284,7 @@ class ManagedServer:
         self._logf = logf
         if self.pidfile:
             self.pidfile.parent.mkdir(parents=True, exist_ok=True)
-            self.pidfile.write_text(f"{self.proc.pid}\n")
+            self.pidfile.write_text(f"{self.proc.pid}\n{self.scratch}\n")
 
     def wait_ready(self, timeout_s: float, progress_every_s: float = 15.0) -> float:
         """Poll the readiness endpoint until it answers 200; fail at once if the process exits."""
@@ -294,6 +327,8 @@ class ManagedServer:
         with contextlib.suppress(Exception):
             self.proc.wait(timeout=5)
         self._logf.close()
+        if self.scratch and not group_alive(pgid):  # kill_group gave up on a process: its files stay with it
+            remove_scratch(self.scratch)
         if self.pidfile:
             self.pidfile.unlink(missing_ok=True)
         self.proc = None
