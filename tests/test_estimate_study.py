@@ -106,3 +106,19 @@ def test_bursts_of_long_prompts_time_only_the_cells_that_send_them():
     own = estimate("config/studies/prefill-decode-h200.yaml", "--from", "studies/prefill-decode-h200")
     lo, hi = minutes(own.stdout, "vllm-lora-4")
     assert lo <= 462 / 60 * 1.1 and hi >= 462 / 60 * 0.95  # the saved job took 461.9 s (facts timing.total_s)
+
+
+def test_studies_of_another_model_are_left_out_where_some_measured_this_one():
+    # the rank sweep (Qwen3-8B shape) was once put at ~14 s a cycle from the 8B's and the 1.7B's jobs pooled; on an
+    # H100 its 28-cell cycle took 35 s, and from the 8B's jobs alone it is put at ~26
+    alone = estimate("config/studies/rank-sweep.yaml", "--from", "studies/h200-8b", "--engines", "vllm")
+    mixed = estimate("config/studies/rank-sweep.yaml", "--from", "studies/h200-8b", "studies/h200-1.7b",
+                     "--engines", "vllm")  # fmt: skip
+    table = lambda out: out[out.index("job ") :]  # noqa: E731 - the table after the notes
+    assert table(mixed.stdout) == table(alone.stdout)
+    assert (
+        "note: studies/h200-1.7b measured config/models/qwen3-1.7b.json" in mixed.stdout and "left out" in mixed.stdout
+    )
+    # with no study of this model, every one counts and the note says to take the high figure
+    other = estimate("config/studies/rank-sweep.yaml", "--from", "studies/h200-1.7b", "--engines", "vllm")
+    assert "take the high figure" in other.stdout and "timings from studies/h200-1.7b" in other.stdout

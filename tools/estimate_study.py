@@ -381,6 +381,12 @@ def saved_and_current(study: Path, config: dict) -> set[str]:
     return out
 
 
+def study_architecture(study: Path) -> str | None:
+    """The architecture file of the model a study measured (its model manifest), None where it kept none."""
+    manifest = study / "model" / "manifest.json"
+    return read_json(manifest).get("architecture_file") if manifest.exists() else None
+
+
 def render(rows: list[Estimate], source: str) -> str:
     lines = [f"{'job':<28} {'engine':<8} {'minutes':>11}  what", "-" * 88]
     for r in rows:
@@ -417,15 +423,24 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(args.engines or []) - set(config["engines"]))
     if unknown:
         ap.error(f"--engines {' '.join(unknown)}: not an engine of {args.config} (known: {sorted(config['engines'])})")
-    timings = calibrate([Path(s) for s in args.studies])
+    want = config["model"].get("architecture")
+    archs = {s: study_architecture(Path(s)) for s in args.studies}
+    # A study of another model times other bursts: where some of the studies measured this one, they alone count
+    # (a Qwen3-8B cycle was put at 14 s from the 1.7B's and 8B's jobs pooled, at 26 s from the 8B's alone; it took 35).
+    same = [s for s in args.studies if archs[s] == want]
+    studies = same or args.studies
     for s in args.studies:
-        manifest = Path(s) / "model" / "manifest.json"
-        arch = read_json(manifest).get("architecture_file") if manifest.exists() else None
-        if arch and arch != config["model"].get("architecture"):
+        if archs[s] and archs[s] != want:
             print(
-                f"note: {s} measured {arch}, this study {config['model'].get('architecture')}: a bigger model starts "
-                "and decodes slower than its timings say, so take the high figure or more"
+                f"note: {s} measured {archs[s]}, this study {want}: "
+                + (
+                    "left out (the others measured this model)"
+                    if same
+                    else "a bigger model starts and decodes slower than its timings say, so take the high figure "
+                    "or more"
+                )
             )
+    timings = calibrate([Path(s) for s in studies])
     rows = estimate(config, timings, args.engines, args.hardware)
     if args.left:
         done = saved_and_current(Path(args.left), config)
@@ -435,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in sorted((r for r in rows if not r.done), key=lambda r: r.order):
             print(r.target, round(r.high_s))
         return 0
-    print(render(rows, ", ".join(args.studies) or "defaults"))
+    print(render(rows, ", ".join(studies) or "defaults"))
     return 0
 
 
