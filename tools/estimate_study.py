@@ -425,22 +425,23 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--engines {' '.join(unknown)}: not an engine of {args.config} (known: {sorted(config['engines'])})")
     want = config["model"].get("architecture")
     archs = {s: study_architecture(Path(s)) for s in args.studies}
-    # A study of another model times other bursts: where some of the studies measured this one, they alone count
-    # (a Qwen3-8B cycle was put at 14 s from the 1.7B's and 8B's jobs pooled, at 26 s from the 8B's alone; it took 35).
-    same = [s for s in args.studies if archs[s] == want]
-    studies = same or args.studies
+    # A study of another model times other bursts: an engine's jobs are timed from the studies of this model where
+    # some measured that engine, from all of them otherwise (a Qwen3-8B cycle was put at 14 s from the 1.7B's and
+    # 8B's jobs pooled, at 26 s from the 8B's alone; it took 35 on an H100).
+    own = calibrate([Path(s) for s in args.studies if archs[s] == want])
+    timings = {**calibrate([Path(s) for s in args.studies]), **own}
+    studies = list(args.studies)
     for s in args.studies:
         if archs[s] and archs[s] != want:
-            print(
-                f"note: {s} measured {archs[s]}, this study {want}: "
-                + (
-                    "left out (the others measured this model)"
-                    if same
-                    else "a bigger model starts and decodes slower than its timings say, so take the high figure "
-                    "or more"
-                )
+            stand_in = sorted(set(calibrate([Path(s)])) - set(own))
+            if not stand_in:
+                studies.remove(s)
+            why = (
+                f"times {', '.join(stand_in)} (no study of this model did): take the high figure or more"
+                if stand_in
+                else "left out (studies of this model timed its engines)"
             )
-    timings = calibrate([Path(s) for s in studies])
+            print(f"note: {s} measured {archs[s]}, this study {want}: {why}")
     rows = estimate(config, timings, args.engines, args.hardware)
     if args.left:
         done = saved_and_current(Path(args.left), config)
