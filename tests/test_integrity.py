@@ -224,6 +224,15 @@ def test_a_stopped_server_leaves_nothing_in_the_temp_dir(tmp_path: Path, short_t
     assert f"inductor {tmp}/torchinductor_" in (tmp_path / "server.log").read_text()
 
 
+def test_a_server_that_cannot_start_leaves_no_temp_dir(tmp_path: Path, short_tmp: Path):
+    from lorabench.server import ManagedServer
+
+    srv = ManagedServer([str(tmp_path / "no-such-engine")], {}, tmp_path / "log", "127.0.0.1", 1, "/")
+    with pytest.raises(FileNotFoundError):
+        srv.start()
+    assert list(short_tmp.iterdir()) == []
+
+
 def test_a_killed_attempts_temp_files_go_with_its_server(tmp_path: Path, short_tmp: Path):
     tmp = short_tmp
     first = littering_server(tmp_path, tmp_path / "server.pid")

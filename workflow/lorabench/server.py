@@ -144,7 +144,7 @@ SCRATCH_PREFIX = "lorabench-srv-"  # short: a socket path in it holds at most 10
 def scratch_env(folder: Path) -> dict[str, str]:
     """Environment that gives a server's temporary files a folder of its own (``TMPDIR``), removed once the server
     has stopped: vLLM leaves a ZMQ socket per channel (``VLLM_RPC_BASE_PATH``, by default the temp dir) and a
-    rendezvous file per start in it, about five per server, that no one removes. Torch's compile cache, which
+    rendezvous file per start in it, about eight per server, that no one removes. Torch's compile cache, which
     defaults to the temp dir too, stays where it was, so that servers still share it."""
     try:
         user = getpass.getuser()
@@ -272,15 +272,20 @@ class ManagedServer:
         log.info("starting: %s", " ".join(self.public_argv))
         self.started_at = time.monotonic()
         self.scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
-        self.proc = subprocess.Popen(
-            self.argv,
-            env={**os.environ, **scratch_env(self.scratch), **self.env},  # a TMPDIR in env (a spec's) wins
-            stdout=logf,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            preexec_fn=functools.partial(_child_setup, self.cpus),  # noqa: PLW1509 - prctl + affinity only
-        )
+        try:
+            self.proc = subprocess.Popen(
+                self.argv,
+                env={**os.environ, **scratch_env(self.scratch), **self.env},  # a TMPDIR in env (a spec's) wins
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=functools.partial(_child_setup, self.cpus),  # noqa: PLW1509 - prctl + affinity only
+            )
+        except BaseException:
+            logf.close()
+            remove_scratch(self.scratch)
+            raise
         self._logf = logf
         if self.pidfile:
             self.pidfile.parent.mkdir(parents=True, exist_ok=True)
