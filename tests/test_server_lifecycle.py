@@ -193,13 +193,24 @@ def long_study(tmp_path: Path, built: Path) -> Path:
     return work
 
 
+def group_running(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (a zombie waiting for init to reap it does not)."""
+    rows = (
+        line.split()
+        for line in subprocess.run(["ps", "-eo", "pgid=,stat="], capture_output=True, text=True).stdout.splitlines()
+    )
+    return any(int(g) == pgid and not st.startswith("Z") for g, st in rows)
+
+
 def _job_window(log: Path) -> tuple[str, str]:
     stamps = re.findall(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+) ", log.read_text(), re.M)
     return stamps[0], stamps[-1]
 
 
-def test_sigkill_of_snakemake_alone_stops_the_job_and_its_server(tmp_path: Path, built_inputs: Path):
+def test_sigkill_of_snakemake_alone_stops_the_job_and_its_server(tmp_path: Path, built_inputs: Path, monkeypatch):
     work = long_study(tmp_path, built_inputs)
+    tmp = Path(tempfile.mkdtemp(prefix="lbt-"))  # the job's temp dir, short (a socket path holds 107 bytes)
+    monkeypatch.setenv("TMPDIR", str(tmp))
     proc = start(work)
     try:
         wait_for(work / "logs/server_loadtest/solo.log", "server ready", proc)
@@ -208,12 +219,17 @@ def test_sigkill_of_snakemake_alone_stops_the_job_and_its_server(tmp_path: Path,
         t0 = time.monotonic()
         assert wait_gone(str(work), 60) == []
         stopped_after = time.monotonic() - t0
+        # the job, left alone in snakemake's process group, ends by itself once its server has stopped
+        while time.monotonic() - t0 < 60 and group_running(proc.pid):
+            time.sleep(0.2)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
     assert "snakemake (pid" in (work / "logs/server_loadtest/solo.log").read_text()
     assert stopped_after < 45
     assert not (work / "results/servers/solo/facts.json").exists()
+    assert [p.name for p in tmp.iterdir() if LITTER.match(p.name)] == []
+    shutil.rmtree(tmp, ignore_errors=True)
     # Resuming after a kill is test_killed_job_leaves_no_server_and_the_run_resumes_one_server_at_a_time's part.
 
 
