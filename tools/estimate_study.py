@@ -33,7 +33,8 @@ import argparse
 import math
 import statistics
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -222,6 +223,20 @@ def calibrate(study_dirs: list[Path]) -> dict[str, Timings]:
                 span = _records_span_s(path.parent / "records.jsonl")
                 if span is not None:
                     t.side_work.append(span)
+    return out
+
+
+def merged(parts: Iterable[dict[str, Timings]]) -> dict[str, Timings]:
+    """Per engine, the timings of several studies together (as ``calibrate`` of all their folders at once)."""
+    out: dict[str, Timings] = {}
+    for part in parts:
+        for engine, t in part.items():
+            into = out.setdefault(engine, Timings())
+            for f in fields(Timings):
+                if f.name != "bursts":
+                    getattr(into, f.name).extend(getattr(t, f.name))
+            for key, vals in t.bursts.items():
+                into.bursts.setdefault(key, []).extend(vals)
     return out
 
 
@@ -425,15 +440,16 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--engines {' '.join(unknown)}: not an engine of {args.config} (known: {sorted(config['engines'])})")
     want = config["model"].get("architecture")
     archs = {s: study_architecture(Path(s)) for s in args.studies}
+    per_study = {s: calibrate([Path(s)]) for s in args.studies}  # each study read once
     # A study of another model times other bursts: an engine's jobs are timed from the studies of this model where
     # some measured that engine, from all of them otherwise (a Qwen3-8B cycle was put at 14 s from the 1.7B's and
     # 8B's jobs pooled, at 26 s from the 8B's alone; it took 35 on an H100).
-    own = calibrate([Path(s) for s in args.studies if archs[s] == want])
-    timings = {**calibrate([Path(s) for s in args.studies]), **own}
+    own = merged(per_study[s] for s in args.studies if archs[s] == want)
+    timings = {**merged(per_study.values()), **own}
     studies = list(args.studies)
     for s in args.studies:
         if archs[s] and archs[s] != want:
-            stand_in = sorted(set(calibrate([Path(s)])) - set(own))
+            stand_in = sorted(set(per_study[s]) - set(own))
             if not stand_in:
                 studies.remove(s)
             why = (
