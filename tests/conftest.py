@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("slow") or item.get_closest_marker("engine_processes"):
             item.add_marker(pytest.mark.xdist_group(SERVERS_GROUP))
+
+
+@pytest.fixture()
+def short_tmp(monkeypatch: pytest.MonkeyPatch):
+    """A temp dir of its own for this test, in this process (``tempfile``) and in what it starts (``TMPDIR``), with a
+    short path: a socket's path in it holds at most 107 bytes, and tmp_path's are long."""
+    tmp = Path(tempfile.mkdtemp(prefix="lbt-"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    yield tmp
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

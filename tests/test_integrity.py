@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -192,15 +191,6 @@ def littering_server(tmp_path: Path, pidfile: Path):
     from lorabench.server import ManagedServer
 
     return ManagedServer([sys.executable, "-c", LITTER], {}, tmp_path / "server.log", "127.0.0.1", 1, "/", pidfile)
-
-
-@pytest.fixture()
-def short_tmp(monkeypatch):
-    """A temp dir of its own with a short path (a socket's path holds at most 107 bytes; tmp_path's are long)."""
-    tmp = Path(tempfile.mkdtemp(prefix="lbt-"))
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-    yield tmp
-    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def wait_litter(folder: Path) -> None:

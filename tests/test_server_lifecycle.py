@@ -8,10 +8,8 @@ import contextlib
 import copy
 import os
 import re
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -145,17 +143,8 @@ def test_interrupted_run_stops_the_server_and_leaves_no_complete_looking_result(
 LITTER = re.compile(r"^([0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}|vllm_dist_.*|lorabench-srv-.*)$")
 
 
-@pytest.fixture()
-def job_tmp(monkeypatch):
-    """The temp dir of the jobs a test starts, short (a socket's path holds at most 107 bytes; tmp_path's are long)."""
-    tmp = Path(tempfile.mkdtemp(prefix="lbt-"))
-    monkeypatch.setenv("TMPDIR", str(tmp))
-    yield tmp
-    shutil.rmtree(tmp, ignore_errors=True)
-
-
 def test_killed_job_leaves_no_server_and_the_run_resumes_one_server_at_a_time(
-    tmp_path: Path, built_inputs: Path, job_tmp: Path
+    tmp_path: Path, built_inputs: Path, short_tmp: Path
 ):
     work = small_study(tmp_path, built_inputs)
     cfg = yaml.safe_load((work / "config/config.yaml").read_text())
@@ -188,7 +177,7 @@ def test_killed_job_leaves_no_server_and_the_run_resumes_one_server_at_a_time(
     assert a1 < b0 or b1 < a0, f"server jobs overlapped: solo {a0}..{a1}, solo2 {b0}..{b1}"
     assert wait_gone(str(work), 10) == []
     # Three servers started (one killed with its job): none left its files in the temp dir.
-    assert [p.name for p in job_tmp.iterdir() if LITTER.match(p.name)] == []
+    assert [p.name for p in short_tmp.iterdir() if LITTER.match(p.name)] == []
 
 
 def long_study(tmp_path: Path, built: Path) -> Path:
@@ -213,7 +202,7 @@ def _job_window(log: Path) -> tuple[str, str]:
     return stamps[0], stamps[-1]
 
 
-def test_sigkill_of_snakemake_alone_stops_the_job_and_its_server(tmp_path: Path, built_inputs: Path, job_tmp: Path):
+def test_sigkill_of_snakemake_alone_stops_the_job_and_its_server(tmp_path: Path, built_inputs: Path, short_tmp: Path):
     work = long_study(tmp_path, built_inputs)
     proc = start(work)
     try:
@@ -232,7 +221,7 @@ def test_sigkill_of_snakemake_alone_stops_the_job_and_its_server(tmp_path: Path,
     assert "snakemake (pid" in (work / "logs/server_loadtest/solo.log").read_text()
     assert stopped_after < 45
     assert not (work / "results/servers/solo/facts.json").exists()
-    assert [p.name for p in job_tmp.iterdir() if LITTER.match(p.name)] == []
+    assert [p.name for p in short_tmp.iterdir() if LITTER.match(p.name)] == []
     # Resuming after a kill is test_killed_job_leaves_no_server_and_the_run_resumes_one_server_at_a_time's part.
 
 

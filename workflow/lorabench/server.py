@@ -125,15 +125,16 @@ def reap_stale(pidfile: Path) -> None:
     """Stop a server group recorded by an earlier, killed attempt of the same job."""
     if not pidfile.exists():
         return
+    lines = pidfile.read_text().splitlines()
     try:
-        pgid = int(pidfile.read_text().split()[0])
+        pgid = int(lines[0].split()[0])
     except (ValueError, IndexError):
         pidfile.unlink(missing_ok=True)
         return
     if group_alive(pgid):
         log.warning("reaping server group %d left by an earlier attempt (%s)", pgid, pidfile)
         kill_group(pgid)
-    for line in pidfile.read_text().splitlines()[1:2]:  # the attempt's scratch folder (ManagedServer.start)
+    for line in lines[1:2]:  # the attempt's scratch folder (ManagedServer.start)
         remove_scratch(Path(line))
     pidfile.unlink(missing_ok=True)
 
