@@ -16,7 +16,9 @@
 #                                                     at its limit still leaves the run started), then waits and
 #                                                     packs as waitall, SECONDS in all (ES... after OUTDIR: the
 #                                                     runs queued behind it with `after`: their inputs are built
-#                                                     before the first job starts, and they are waited for too)
+#                                                     before the first job starts, and they are waited for too);
+#                                                     again after a run has stopped: more jobs on the same inputs
+#                                                     (exit 7 while one still runs)
 #   bash dev/engine_stretch.sh after DIR CONFIG ENGINE  detached: once the run in DIR (another ES) has stopped and
 #                                                     this ES is prepared, start CONFIG ENGINE here: one server on
 #                                                     the GPU at a time, a second study queued behind the first
@@ -115,6 +117,12 @@ print(' '.join(ts))")
     cfg=${2:?config}; engine=${3:?engine id}; end=$(( $(date +%s) + ${4:?seconds} )); out=${5:?output folder}
     # a first call that got no machine leaves nothing prepared on this one: waiting for inputs would burn the call
     [ -f "$S/steps.log" ] || { echo "nothing is being prepared in $S (did the prepare call reach this machine?)"; exit 8; }
+    # a second launch on a warm machine (inputs built, the first run done) starts more jobs of the same study; while
+    # the first still runs it starts nothing, and the first run's pid is not taken for the new one's
+    if [ -f "$S/driver.pid" ]; then
+      kill -0 "$(cat "$S/driver.pid")" 2>/dev/null && { echo "a run is still going in $S: waitall, not launch"; exit 7; }
+      rm -f "$S/driver.pid"
+    fi
     me=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
     # the runs queued behind this one build their inputs first too: no build shares the host with a measurement
     setsid nohup bash -c "

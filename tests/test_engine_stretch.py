@@ -60,3 +60,39 @@ def test_launch_waits_for_the_inputs_of_the_runs_queued_behind_it(tmp_path):
     time.sleep(4)
     assert "prepare failed: nothing started" in (es / "launch.log").read_text()
     assert not (es / "driver.pid").exists()
+
+
+def test_a_second_launch_waits_for_the_new_run_not_the_finished_one(tmp_path):
+    # loan 8b: with the inputs built and the first run done, a second launch ran one more job; the first run's
+    # pidfile, left behind, must not pass for the new run's, or the call comes back at once with nothing
+    es = tmp_path / "es"
+    es.mkdir()
+    # a second study's inputs still building (queued es2): the new run waits for them, so it has not started yet
+    (es / "steps.log").write_text("STEP prepare a.yaml 16:30:09\nSTEP prepared 16:31:49\nSTEP DONE 16:48:53\n")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (es / "driver.pid").write_text(f"{dead.pid}\n")
+    proc, took = launch(es, tmp_path / "out", 4, tmp_path / "es2")
+    assert took >= 4, proc.stdout + proc.stderr  # it waited for the new run to start, not the old one's pidfile
+    assert not (es / "driver.pid").exists()
+    with open(es / "steps.log", "a") as f:  # ends the watcher without a start
+        f.write("STEP FAILED prepare\n")
+    time.sleep(3)
+    assert not (es / "driver.pid").exists()
+
+
+def test_launch_starts_nothing_while_a_run_still_goes(tmp_path):
+    es = tmp_path / "es"
+    es.mkdir()
+    (es / "steps.log").write_text("STEP prepare a.yaml 16:30:09\nSTEP prepared 16:31:49\n")
+    running = subprocess.Popen(["sleep", "30"])
+    try:
+        (es / "driver.pid").write_text(f"{running.pid}\n")
+        proc, took = launch(es, tmp_path / "out")
+        assert proc.returncode == 7
+        assert "a run is still going" in proc.stdout
+        assert took < 10
+        assert (es / "driver.pid").read_text().split()[0] == str(running.pid)
+    finally:
+        running.kill()
+        running.wait()
