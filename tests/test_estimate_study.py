@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import sys
 
+import yaml
+
 from .conftest import ROOT
 
 TOOL = [sys.executable, str(ROOT / "tools/estimate_study.py")]
@@ -123,3 +125,25 @@ def test_studies_of_another_model_are_left_out_where_some_measured_this_one():
     other = estimate("config/studies/rank-sweep.yaml", "--from", "studies/h200-1.7b", "--engines", "vllm")
     assert "times sglang, vllm (no study of this model did): take the high figure" in other.stdout
     assert "timings from studies/h200-1.7b" in other.stdout
+
+
+def test_a_burst_that_waits_for_slots_is_timed_by_its_rounds(tmp_path):
+    # many-adapters: a burst of 48 over 128 adapters passes 8 slots in 6 rounds and 2 slots in 21; the estimate
+    # once timed every burst of 48 alike (24-29 minutes for vLLM's four servers where their rounds take 62-68)
+    cfg = yaml.safe_load((ROOT / "config/studies/many-adapters.yaml").read_text())
+    cfg["servers"] = {
+        name: {**cfg["servers"]["vllm-ml8-cache128"], "max_loras": slots, "conditions": conds}
+        for name, slots, conds in (
+            ("one", 8, ["base", "n8-uniform"]),
+            ("six", 8, ["base", "n128-uniform"]),
+            ("many", 2, ["base", "n128-uniform"]),
+        )  # fmt: skip
+    }
+    path = tmp_path / "rounds.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out = estimate(str(path), "--from", "studies/h200-8b").stdout
+    cycle = {
+        job: float(re.search(rf"^{job} .* cycles of ~(\d+) s$", out, re.M).group(1)) for job in ("one", "six", "many")
+    }
+    assert cycle["six"] > 2.5 * cycle["one"], out  # 1 + 5.9 rounds' worth against 1 + 1.2
+    assert cycle["many"] > 2.5 * cycle["six"], out  # 21 rounds against 6

@@ -11,7 +11,7 @@ import yaml
 
 from lorabench.claims import Verdict
 from lorabench.config import ConfigError
-from lorabench.loadgen.workload import build_request_set
+from lorabench.loadgen.workload import build_request_set, burst_adapters, slot_rounds
 
 from .conftest import ROOT
 from .test_config import check
@@ -88,6 +88,29 @@ def test_popularity_draws_are_seeded_and_shaped():
     u = Counter(_draws("uniform", 8, 4000))
     assert len(u) == 8 and max(u.values()) < 1.2 * min(u.values())
     assert _draws("uniform", 8, 50) != _draws("distinct", 8, 50)
+
+
+def test_a_burst_passes_the_slots_in_rounds():
+    # three adapters on two slots (h200-8b's abc on 2 slots): a and b first, c when they are done
+    assert slot_rounds(["a", "b", "c"] * 16, 2) == [2, 1]
+    assert slot_rounds(["a", "b", "c"] * 16, 4) == [3]
+    assert slot_rounds(["base"] * 48, 2) == [0]  # the base model needs no slot
+    assert slot_rounds(["a", "base", "b"] * 16, 2) == [2]
+    # on SGLang base-model requests in a LoRA batch take a slot of their own
+    assert slot_rounds(["a", "base", "b"] * 16, 2, base_takes_slot=True) == [2, 1]
+    assert slot_rounds(["base"] * 48, 2, base_takes_slot=True) == [0]
+    # every request of a round is admitted in order: an adapter already loaded never waits
+    assert slot_rounds(["a", "b", "c", "a", "d", "b"], 2) == [2, 2]
+    assert slot_rounds([f"m-{i:03d}" for i in range(48)], 8) == [8] * 6
+
+
+def test_burst_adapters_are_the_request_sets_draw():
+    cond = {"adapters": [f"m-{i:03d}" for i in range(32)], "assignment": "zipf", "zipf_s": 1.5}
+    rset = build_request_set(
+        {"prompt": "p", "max_tokens": 4, "temperature": 0.0, "ignore_eos": True, "seed": 7}, {"z": cond}, [3, 48]
+    )
+    for burst in (3, 48):
+        assert [r["adapter"] for r in rset["sets"][f"z/{burst}"]] == burst_adapters("z", cond, burst, 7)
 
 
 def _row(server: str, cond: str, n: int, med: float, lo: float, hi: float, cache: int = 16) -> dict:

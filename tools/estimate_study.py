@@ -11,8 +11,12 @@ one probe run and ``repeats`` cycles of runs, each run lasting its ramp, window 
 to ``max_rate_factor`` (no rate over-saturated, the high figure); with ``search_steps`` K, the first cycle so and
 each later one K runs (K + 1 where its steps all fell on one side). Start-ups, a burst's duration per burst size and the
 work between bursts are taken from finished jobs of the same engine under --from STUDY_DIR (their facts' timing
-and their bursts), else stated defaults; the low figure takes the median start, the high one the slowest start
-seen (the first start on a fresh machine compiles kernels). A study of a bigger model or longer outputs than the
+and their bursts), else stated defaults. A burst whose adapters outnumber the server's slots runs in rounds (the
+requests of the adapters that found a slot, then the next ones: ``slot_rounds`` on the burst's own draw), and a
+round with k distinct adapters takes 1 + DISTINCT_ADAPTER_COST x (k - 1) times a round of one: bursts are timed
+per round, so a 2-slot server's burst of 48 over 128 adapters (21 rounds) is timed as 21 bursts, not one. The
+low figure takes the median start, the high one the slowest start seen (the first start on a fresh machine
+compiles kernels). A study of a bigger model or longer outputs than the
 calibrating one has longer bursts than its timings say.
 
 With --left STUDY_DIR, the jobs already saved there and still current for the config (those that
@@ -45,6 +49,7 @@ from lorabench.config import load_file, prefix_cache_servers, rate_sweep_mixes, 
 from lorabench.io import read_json, read_jsonl, stored  # noqa: E402
 from lorabench.job import ServerJob, server_job  # noqa: E402
 from lorabench.loadgen.traffic import WorkloadError, workload_of, workload_specs  # noqa: E402
+from lorabench.loadgen.workload import burst_adapters, slot_rounds  # noqa: E402
 from lorabench.measure.cycles import cycle_cells  # noqa: E402
 from lorabench.measure.sweep import SweepSettings  # noqa: E402
 
@@ -127,6 +132,30 @@ DEFAULTS = {
 }
 DEFAULT_SIDE_WORK_S = 60.0
 STOP_S = 10.0
+# A batch of k distinct adapters against one of one: studies/llama2-7b-rank16-h100 at 48 requests, all 32 adapters
+# loaded, took 1.92 times as long for 32 distinct adapters as for one (2,181 against 4,184 tokens/s): 0.92 / 31.
+DISTINCT_ADAPTER_COST = 0.03
+
+
+def rounds_cost(rounds: list[int]) -> float:
+    """A burst's time in rounds of one adapter (or none): its rounds one after another, each dearer by its
+    distinct adapters."""
+    return sum(1.0 + DISTINCT_ADAPTER_COST * max(0, k - 1) for k in rounds)
+
+
+def _burst_costs(job_dir: Path, max_loras: int | None, base_slot: bool) -> dict[str, float]:
+    """Per measurement id of a saved job, ``rounds_cost`` of its (first) burst's adapters in request order, from
+    its per-request records; empty where the job kept none."""
+    if not stored(job_dir / "records.jsonl").exists():
+        return {}
+    bursts: dict[str, list[tuple[str, str]]] = {}
+    for r in read_jsonl(job_dir / "records.jsonl"):
+        if not r.get("warmup") and int(r.get("burst_index") or 0) == 0 and "adapter" in r:
+            bursts.setdefault(r["measurement_id"], []).append((str(r.get("request_id", "")), r["adapter"]))
+    return {
+        mid: rounds_cost(slot_rounds([a for _, a in sorted(rows)], max_loras, base_slot))
+        for mid, rows in bursts.items()
+    }
 
 
 @dataclass
@@ -194,6 +223,10 @@ def calibrate(study_dirs: list[Path]) -> dict[str, Timings]:
                 continue
             warm = {r["measurement_id"] for r in rows if r.get("warmup")}
             n_bursts = sum(int(r.get("n_bursts") or 1) for r in measured)
+            # timed per round of one adapter: a burst that waited for slots stands for several rounds
+            costs = _burst_costs(
+                facts_path.parent, (facts.get("config") or {}).get("max_loras"), facts["engine"] == "sglang"
+            )
             t = out.setdefault(facts["engine"], Timings())
             t.starts.extend(facts.get("readiness_starts_s") or [facts["readiness_s"]])
             t.warmup_per_cell.append(timing.get("warmup_s", 0.0) / max(1, len(warm)))
@@ -204,7 +237,10 @@ def calibrate(study_dirs: list[Path]) -> dict[str, Timings]:
                     kind = request_kind(
                         float(r.get("prompt_tokens") or 0) / n, float(r.get("completion_tokens") or 0) / n
                     )
-                    t.bursts.setdefault((int(r["burst"]), kind), []).append(r["burst_s"] / int(r.get("n_bursts") or 1))
+                    per_burst = r["burst_s"] / int(r.get("n_bursts") or 1)
+                    t.bursts.setdefault((int(r["burst"]), kind), []).append(
+                        per_burst / costs.get(r["measurement_id"], 1.0)
+                    )
             t.stops.append(timing.get("stop_s", STOP_S))
         for path in sorted(sdir.glob("rate_sweep/*/facts.json")):
             facts = read_json(path)
@@ -290,16 +326,37 @@ def condition_kinds(config: dict) -> dict[str, tuple[str, int] | None]:
     return out
 
 
-def measuring(job: ServerJob, t: Timings, kinds: dict[str, tuple[str, int] | None] | None = None) -> Estimate:
+def cell_costs(config: dict, job: ServerJob) -> dict[tuple[str, int], float]:
+    """Per (condition, burst size) of a job, ``rounds_cost`` of the burst's own draw of adapters on the server's
+    slots (1 with LoRA off)."""
+    seed = int(config["workload"]["seed"])
+    slots = job.server.max_loras if job.server.lora else None
+    base_slot = config["engines"][job.engine_id]["kind"] == "sglang"
+    out = {}
+    for name in job.conditions:
+        for burst in job.bursts:
+            adapters = burst_adapters(name, config["conditions"][name], burst, seed)
+            out[(name, burst)] = rounds_cost(slot_rounds(adapters, slots, base_slot))
+    return out
+
+
+def measuring(
+    job: ServerJob,
+    t: Timings,
+    kinds: dict[str, tuple[str, int] | None] | None = None,
+    costs: dict[tuple[str, int], float] | None = None,
+) -> Estimate:
     cells = cycle_cells(job.conditions, job.bursts, job.stream)
     start, start_hi, m1 = t.figure("start_s")
     warm, _, m2 = t.figure("warmup_per_cell_s")
     between, between_hi, m3 = t.figure("between_bursts_s")
     stop, _, m4 = t.figure("stop_s")
     figures = [t.burst_s(c.burst, (kinds or {}).get(c.condition)) for c in cells]
-    cycle = sum(f[0] for f in figures)
-    cycle_hi = sum(f[1] for f in figures)
-    fixed = warm * len(cells) + stop
+    factor = [(costs or {}).get((c.condition, c.burst), 1.0) for c in cells]
+    cycle = sum(f[0] * k for f, k in zip(figures, factor, strict=True))
+    cycle_hi = sum(f[1] * k for f, k in zip(figures, factor, strict=True))
+    # a warm-up burst waits for slots as a measured one does
+    fixed = warm * sum(factor) + stop
     lo = job.server_starts * start + fixed + job.repetitions * (cycle + len(cells) * between)
     # at most max_repetitions cycles, and no cycle begins after max_measuring_s seconds of bursts
     cycles_hi = min(job.max_repetitions, math.ceil(job.max_measuring_s / cycle_hi) + 1)
@@ -357,7 +414,7 @@ def estimate(config: dict, timings: dict[str, Timings], engines: list[str] | Non
     for server in config["servers"]:
         if wanted(server):
             job = server_job(config, server, hardware)
-            est = measuring(job, timings.get(job.server.engine, Timings()), kinds)
+            est = measuring(job, timings.get(job.server.engine, Timings()), kinds, cell_costs(config, job))
             est.target, est.order = f"results/servers/{server}/facts.json", stretch_order(config, server, 0)
             out.append(est)
     sides = (

@@ -17,6 +17,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from ..roles import BASE
 from .prompts import Prompt, TokenCounter
 from .traffic import DEFAULT_WORKLOAD, check_fits, length_stats, workload_of, workload_specs
 
@@ -89,6 +90,40 @@ def set_key(condition: str, burst: int) -> str:
     return f"{condition}/{burst}"
 
 
+def burst_adapters(cname: str, cond: dict[str, Any], burst: int, seed: int) -> list[str]:
+    """The adapters of one burst of condition ``cname``, in request order: the same in every cycle, every server
+    and every engine (its own seeded draw per condition and burst size)."""
+    kind = cond.get("assignment", "cycle")
+    if kind not in _STRATEGIES:
+        raise ValueError(f"conditions.{cname}.assignment: unknown {kind!r}; known: {strategies()}")
+    return _STRATEGIES[kind](cond, burst, random.Random(f"{seed}/{cname}/{burst}"))
+
+
+def slot_rounds(adapters: list[str], slots: int | None, base_takes_slot: bool = False) -> list[int]:
+    """How a burst's requests pass through ``slots`` adapter slots when all its requests are alike: the number of
+    distinct adapters in each round (the engine's scheduler admits, in order, every waiting request whose adapter
+    is loaded or still finds a free slot, and the rest wait for the round to end). Base-model requests need no
+    slot and run in the first round, unless ``base_takes_slot`` (SGLang: the base model mixed into a LoRA batch
+    takes one); one round (of its distinct adapters) where the slots hold them all."""
+    waiting = [a for a in adapters if a != BASE or (base_takes_slot and len(set(adapters)) > 1)]
+    if not waiting:
+        return [0]
+    if not slots or slots >= len(set(waiting)):
+        return [len(set(waiting))]
+    rounds: list[int] = []
+    while waiting:
+        loaded: set[str] = set()
+        rest = []
+        for a in waiting:
+            if a in loaded or len(loaded) < slots:
+                loaded.add(a)
+            else:
+                rest.append(a)
+        rounds.append(len(loaded))
+        waiting = rest
+    return rounds
+
+
 REQUESTS_SCHEMA = "lorabench.requests/2"
 
 
@@ -132,8 +167,7 @@ def build_request_set(
             raise ValueError(f"conditions.{cname}.workload: unknown workload {wname!r} (known: {sorted(specs)})")
         check_fits(specs[wname], drawn[wname], cname, (limits or {}).get(cname))
         for burst in sorted(bursts):
-            rng = random.Random(f"{seed}/{cname}/{burst}")
-            names = _STRATEGIES[kind](cond, burst, rng)
+            names = burst_adapters(cname, cond, burst, seed)
             sets[set_key(cname, burst)] = [
                 {"request_id": f"{cname}-{burst}-{i:03d}", "adapter": a, "prompt": ref(p), "max_tokens": m}
                 for i, (a, (p, m)) in enumerate(zip(names, drawn[wname], strict=False))
