@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT / "workflow"))
 sys.path.insert(0, str(ROOT / "tools"))
 
 from estimate_study import _burst_costs  # noqa: E402
+
 from lorabench.io import read_json, read_jsonl  # noqa: E402
 
 
