@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from estimate_study import _burst_costs  # noqa: E402
+from estimate_study import burst_costs  # noqa: E402
 
 from lorabench.io import read_json, read_jsonl  # noqa: E402
 
@@ -29,7 +29,7 @@ from lorabench.io import read_json, read_jsonl  # noqa: E402
 def report(job: Path) -> list[str]:
     facts = read_json(job / "facts.json")
     slots = (facts.get("config") or {}).get("max_loras") if facts.get("config", {}).get("lora") else None
-    costs = _burst_costs(job, slots, facts["engine"] == "sglang")
+    costs = burst_costs(job, slots, facts["engine"] == "sglang")
     cells: dict[tuple[int, str], list[tuple[float, float]]] = {}
     for r in read_jsonl(job / "measurements.jsonl"):
         if r.get("warmup") or r.get("stream") or not r.get("burst_s") or r["measurement_id"] not in costs:

@@ -143,7 +143,7 @@ def rounds_cost(rounds: list[int]) -> float:
     return sum(1.0 + DISTINCT_ADAPTER_COST * max(0, k - 1) for k in rounds)
 
 
-def _burst_costs(job_dir: Path, max_loras: int | None, base_slot: bool) -> dict[str, float]:
+def burst_costs(job_dir: Path, max_loras: int | None, base_slot: bool) -> dict[str, float]:
     """Per measurement id of a saved job, ``rounds_cost`` of its (first) burst's adapters in request order, from
     its per-request records; empty where the job kept none."""
     if not stored(job_dir / "records.jsonl").exists():
@@ -224,7 +224,7 @@ def calibrate(study_dirs: list[Path]) -> dict[str, Timings]:
             warm = {r["measurement_id"] for r in rows if r.get("warmup")}
             n_bursts = sum(int(r.get("n_bursts") or 1) for r in measured)
             # timed per round of one adapter: a burst that waited for slots stands for several rounds
-            costs = _burst_costs(
+            costs = burst_costs(
                 facts_path.parent, (facts.get("config") or {}).get("max_loras"), facts["engine"] == "sglang"
             )
             t = out.setdefault(facts["engine"], Timings())
