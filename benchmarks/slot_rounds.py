@@ -21,22 +21,23 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from estimate_study import burst_costs  # noqa: E402
+from estimate_study import burst_costs, slots  # noqa: E402
 
 from lorabench.io import read_json, read_jsonl  # noqa: E402
 
 
 def report(job: Path) -> list[str]:
     facts = read_json(job / "facts.json")
-    slots = (facts.get("config") or {}).get("max_loras") if facts.get("config", {}).get("lora") else None
-    costs = burst_costs(job, slots, facts["engine"] == "sglang")
+    cfg = facts.get("config") or {}
+    n, base_slot = slots(facts["engine"], bool(cfg.get("lora")), cfg.get("max_loras"))
+    costs = burst_costs(job, n, base_slot)
     cells: dict[tuple[int, str], list[tuple[float, float]]] = {}
     for r in read_jsonl(job / "measurements.jsonl"):
         if r.get("warmup") or r.get("stream") or not r.get("burst_s") or r["measurement_id"] not in costs:
             continue
         per = r["burst_s"] / int(r.get("n_bursts") or 1)
         cells.setdefault((int(r["burst"]), r["condition"]), []).append((per, costs[r["measurement_id"]]))
-    out = [f"{job} ({facts['engine']} {facts.get('engine_version', '')}, {slots or 'no'} slots)"]
+    out = [f"{job} ({facts['engine']} {facts.get('engine_version', '')}, {n or 'no'} slots)"]
     out.append(f"  {'condition':16} {'burst':>5} {'burst s':>8} {'rounds':>7} {'s/round':>8}")
     for (burst, cond), vals in sorted(cells.items()):
         b = statistics.median(v[0] for v in vals)

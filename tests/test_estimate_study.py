@@ -11,6 +11,10 @@ import yaml
 
 from .conftest import ROOT
 
+sys.path.insert(0, str(ROOT / "tools"))
+
+from estimate_study import slots  # noqa: E402
+
 TOOL = [sys.executable, str(ROOT / "tools/estimate_study.py")]
 
 
@@ -147,3 +151,13 @@ def test_a_burst_that_waits_for_slots_is_timed_by_its_rounds(tmp_path):
     }
     assert cycle["six"] > 2.5 * cycle["one"], out  # 1 + 5.9 rounds' worth against 1 + 1.2
     assert cycle["many"] > 2.5 * cycle["six"], out  # 21 rounds against 6
+
+
+def test_unset_slots_are_the_engines_own_default():
+    # a LoRA server without max_loras runs with the engine's default: vLLM 1 (--max-loras), SGLang 8
+    # (--max-loras-per-batch), where SGLang's base-model requests in a LoRA batch take a slot too
+    assert slots("vllm", True, None) == (1, False)
+    assert slots("sglang", True, None) == (8, True)
+    assert slots("vllm", True, 4) == (4, False)
+    assert slots("sglang", False, 4) == (None, False)  # LoRA off: no slots to wait for
+    assert slots("not-an-engine", True, 2) == (2, False)

@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
 from lorabench.config import load_file, prefix_cache_servers, rate_sweep_mixes, runtime_load_servers  # noqa: E402
+from lorabench.engines import get_engine  # noqa: E402
 from lorabench.io import read_json, read_jsonl, stored  # noqa: E402
 from lorabench.job import ServerJob, server_job  # noqa: E402
 from lorabench.loadgen.traffic import WorkloadError, workload_of, workload_specs  # noqa: E402
@@ -143,6 +144,18 @@ def rounds_cost(rounds: list[int]) -> float:
     return sum(1.0 + DISTINCT_ADAPTER_COST * max(0, k - 1) for k in rounds)
 
 
+def slots(kind: str, lora: bool, max_loras: int | None) -> tuple[int | None, bool]:
+    """(adapter slots per batch, whether base-model requests take one) of a server of engine ``kind``: its
+    max_loras, else the engine's default; no limit with LoRA off or an engine not registered here."""
+    if not lora:
+        return None, False
+    try:
+        engine = get_engine(kind)
+    except KeyError:
+        return max_loras, False
+    return max_loras or engine.default_max_loras, engine.base_takes_slot
+
+
 def burst_costs(job_dir: Path, max_loras: int | None, base_slot: bool) -> dict[str, float]:
     """Per measurement id of a saved job, ``rounds_cost`` of its (first) burst's adapters in request order, from
     its per-request records; empty where the job kept none."""
@@ -224,9 +237,8 @@ def calibrate(study_dirs: list[Path]) -> dict[str, Timings]:
             warm = {r["measurement_id"] for r in rows if r.get("warmup")}
             n_bursts = sum(int(r.get("n_bursts") or 1) for r in measured)
             # timed per round of one adapter: a burst that waited for slots stands for several rounds
-            costs = burst_costs(
-                facts_path.parent, (facts.get("config") or {}).get("max_loras"), facts["engine"] == "sglang"
-            )
+            cfg = facts.get("config") or {}
+            costs = burst_costs(facts_path.parent, *slots(facts["engine"], bool(cfg.get("lora")), cfg.get("max_loras")))
             t = out.setdefault(facts["engine"], Timings())
             t.starts.extend(facts.get("readiness_starts_s") or [facts["readiness_s"]])
             t.warmup_per_cell.append(timing.get("warmup_s", 0.0) / max(1, len(warm)))
@@ -330,13 +342,12 @@ def cell_costs(config: dict, job: ServerJob) -> dict[tuple[str, int], float]:
     """Per (condition, burst size) of a job, ``rounds_cost`` of the burst's own draw of adapters on the server's
     slots (1 with LoRA off)."""
     seed = int(config["workload"]["seed"])
-    slots = job.server.max_loras if job.server.lora else None
-    base_slot = config["engines"][job.engine_id]["kind"] == "sglang"
+    n, base_slot = slots(job.server.engine, job.server.lora, job.server.max_loras)
     out = {}
     for name in job.conditions:
         for burst in job.bursts:
             adapters = burst_adapters(name, config["conditions"][name], burst, seed)
-            out[(name, burst)] = rounds_cost(slot_rounds(adapters, slots, base_slot))
+            out[(name, burst)] = rounds_cost(slot_rounds(adapters, n, base_slot))
     return out
 
 

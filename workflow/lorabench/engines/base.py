@@ -137,6 +137,11 @@ class Engine(ABC):
     polling_threads: ClassVar[tuple[str, ...]] = ()
     # Capabilities: a host-side adapter cache with its own size (vLLM --max-cpu-loras).
     has_cpu_adapter_cache: ClassVar[bool] = False
+    # Adapter slots per batch where a LoRA server's max_loras is left unset (the engine's own default), and whether
+    # base-model requests in a LoRA batch take a slot of their own: how a burst passes the slots
+    # (``loadgen.workload.slot_rounds``; benchmarks/slot_rounds.py).
+    default_max_loras: ClassVar[int | None] = None
+    base_takes_slot: ClassVar[bool] = False
     # Server flags (as ``args``) under which a completion's usage reports the prompt tokens served from the
     # prefix cache (``usage.prompt_tokens_details.cached_tokens``); empty where the engine has none.
     cached_tokens_args: ClassVar[dict[str, Any]] = {}

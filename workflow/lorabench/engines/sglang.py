@@ -17,6 +17,8 @@ from .base import Engine, ServerSpec, first_match, flags_from_args, launch_argv,
 @register
 class SGLang(Engine):
     name = "sglang"
+    default_max_loras = 8  # --max-loras-per-batch
+    base_takes_slot = True  # a base-model request in a LoRA batch: h200-8b's a/b/base on 2 slots ran in 2 rounds
     ready_path = "/v1/models"
     server_markers = ("sglang.launch_server",)
     # the scheduler process's event loop polls for requests unless started with --sleep-on-idle (server_args

@@ -22,6 +22,7 @@ class VLLM(Engine):
     ready_path = "/v1/models"
     server_markers = ("vllm.entrypoints.openai.api_server", "VLLM::EngineCor", "VLLM::Worker")
     has_cpu_adapter_cache = True
+    default_max_loras = 1  # --max-loras
     cached_tokens_args = {"enable_prompt_tokens_details": True}
     context_arg = "max_model_len"
     metric_prefixes = (
