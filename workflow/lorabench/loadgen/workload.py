@@ -17,9 +17,12 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from ..roles import BASE
 from .prompts import Prompt, TokenCounter
 from .traffic import DEFAULT_WORKLOAD, check_fits, length_stats, workload_of, workload_specs
+
+# The base model's name in a burst's adapter list (as roles.BASE, which the measuring jobs do not import: their code
+# inputs stay free of analysis modules, tests/test_rerun_tracking.py)
+BASE = "base"
 
 Assign = Callable[[dict[str, Any], int, random.Random], list[str]]
 _STRATEGIES: dict[str, Assign] = {}
