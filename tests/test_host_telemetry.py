@@ -27,13 +27,22 @@ LAST_CPU = max(os.sched_getaffinity(0))
 SPIN = (
     f"import os, threading, time\nos.sched_setaffinity(0, {{{LAST_CPU}}})\n"
     "for _ in range(4): threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
-    "t = time.time() + 30\nwhile time.time() < t: pass\n"
+    "print('started', flush=True)\nt = time.time() + 30\nwhile time.time() < t: pass\n"
 )
+
+
+def started(code: str) -> subprocess.Popen:
+    """A process running ``code`` in its own group, once the code has printed its first line: its start-up (the
+    interpreter, its threads) stays out of the window, which on a busy host can outlast a fixed wait (one fresh
+    clone saw the spinning thread wait 9.9 times a second, all while it started)."""
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline()
+    return proc
 
 
 def watched(code: str) -> dict:
     """HostTelemetry's window of one second over a process running ``code`` in its own group."""
-    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    proc = started(code)
     try:
         host = HostTelemetry(proc.pid)
         time.sleep(0.3)
@@ -63,7 +72,10 @@ def test_a_busy_engine_thread_is_seen():
 
 def test_a_thread_that_sleeps_between_work_is_seen_waiting():
     # a loop that works a little and sleeps 1 ms: hundreds of waits a second, where a spinning one has none
-    code = "import time\nt = time.time() + 10\nwhile time.time() < t:\n    sum(range(20000)); time.sleep(0.001)\n"
+    code = (
+        "import time\nprint('started', flush=True)\n"
+        "t = time.time() + 10\nwhile time.time() < t:\n    sum(range(20000)); time.sleep(0.001)\n"
+    )
     got = watched(code)
     assert got["engine_top_thread_waits_per_s"] > 100
 
@@ -71,9 +83,7 @@ def test_a_thread_that_sleeps_between_work_is_seen_waiting():
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
 def test_a_thread_moved_to_another_cpu_is_seen():
     first, last = min(os.sched_getaffinity(0)), LAST_CPU
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SPIN.replace(f"{{{LAST_CPU}}}", f"{{{first}}}")], start_new_session=True
-    )
+    proc = started(SPIN.replace(f"{{{LAST_CPU}}}", f"{{{first}}}"))
     try:
         host = HostTelemetry(proc.pid)
         time.sleep(0.3)
