@@ -33,8 +33,8 @@ SPIN = (
 
 def started(code: str) -> subprocess.Popen:
     """A process running ``code`` in its own group, once the code has printed its first line: its start-up (the
-    interpreter, its threads) stays out of the window, which on a busy host can outlast a fixed wait (one fresh
-    clone saw the spinning thread wait 9.9 times a second, all while it started)."""
+    interpreter, its threads' start) stays out of the window, which a fixed wait may not cover on a busy host (one
+    fresh clone, with a fixed 0.3 s, saw the spinning thread wait 9.9 times a second: its start-up, most likely)."""
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline()
     return proc
