@@ -236,9 +236,14 @@ def calibrate(study_dirs: list[Path]) -> dict[str, Timings]:
                 continue
             warm = {r["measurement_id"] for r in rows if r.get("warmup")}
             n_bursts = sum(int(r.get("n_bursts") or 1) for r in measured)
-            # timed per round of one adapter: a burst that waited for slots stands for several rounds
+            # timed per round of one adapter: a burst that waited for slots stands for several rounds (with LoRA off
+            # every burst is one round: its per-request records are not read)
             cfg = facts.get("config") or {}
-            costs = burst_costs(facts_path.parent, *slots(facts["engine"], bool(cfg.get("lora")), cfg.get("max_loras")))
+            costs = (
+                burst_costs(facts_path.parent, *slots(facts["engine"], True, cfg.get("max_loras")))
+                if cfg.get("lora")
+                else {}
+            )
             t = out.setdefault(facts["engine"], Timings())
             t.starts.extend(facts.get("readiness_starts_s") or [facts["readiness_s"]])
             t.warmup_per_cell.append(timing.get("warmup_s", 0.0) / max(1, len(warm)))

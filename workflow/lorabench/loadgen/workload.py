@@ -96,10 +96,7 @@ def set_key(condition: str, burst: int) -> str:
 def burst_adapters(cname: str, cond: dict[str, Any], burst: int, seed: int) -> list[str]:
     """The adapters of one burst of condition ``cname``, in request order: the same in every cycle, every server
     and every engine (its own seeded draw per condition and burst size)."""
-    kind = cond.get("assignment", "cycle")
-    if kind not in _STRATEGIES:
-        raise ValueError(f"conditions.{cname}.assignment: unknown {kind!r}; known: {strategies()}")
-    return _STRATEGIES[kind](cond, burst, random.Random(f"{seed}/{cname}/{burst}"))
+    return draw_adapters(cond, burst, random.Random(f"{seed}/{cname}/{burst}"), f"conditions.{cname}")
 
 
 def slot_rounds(adapters: list[str], slots: int | None, base_takes_slot: bool = False) -> list[int]:
