@@ -12,7 +12,7 @@ import yaml
 
 from lorabench.io import read_json
 
-from ..conftest import ROOT
+from ..conftest import ROOT, seed_inputs
 from ..test_pipeline_e2e import copy_repo, snakemake
 
 pytestmark = pytest.mark.slow
@@ -49,8 +49,9 @@ class Toy(Engine):
 '''
 
 
-def test_a_new_engine_is_one_module(tmp_path: Path):
+def test_a_new_engine_is_one_module(tmp_path: Path, built_inputs: Path):
     work = copy_repo(tmp_path / "w")
+    seed_inputs(work, built_inputs)  # the default study's model, adapters and requests: what is tested is the engine
     toy = TOY.replace("FAKE_SERVER", repr(str(work / "tests/support/fake_server.py")))
     (work / "workflow/lorabench/engines/toy.py").write_text(toy)  # the only file added or changed
     cfg = copy.deepcopy(yaml.safe_load((ROOT / "config/config.yaml").read_text()))
