@@ -3,6 +3,7 @@
 # built in the first call (while the engine kit's second chunk waits), the jobs run detached in a copy of the
 # project outside the working tree (later calls re-lay the tree), and each finished job comes back as one archive.
 #   bash dev/engine_stretch.sh prepare CONFIG         install .whl-snake, copy the tree, build model/adapters/requests
+#   bash dev/engine_stretch.sh targets CONFIG ENGINE  here, before a loan: the jobs `start` would run, in order
 #   bash dev/engine_stretch.sh start CONFIG ENGINE    detached: the engine's record, then its server jobs (LoRA off
 #                                                     first, then by slot count); ONLY=REGEX keeps matching targets,
 #                                                     LAST=REGEX puts matching ones last;
@@ -47,6 +48,28 @@ export PYTHONPATH=/tmp/site:$W/workflow PYTHONUNBUFFERED=1
 smk() { (cd "$W" && python3 -m snakemake --cores "${CORES:-1}" --scheduler greedy --rerun-incomplete --configfile "$1" "$SITE" --replace-workflow-config "${@:2}"); }
 step() { echo "STEP $* $(date +%T)" | tee -a "$S/steps.log"; }
 
+# The server jobs (and prefix, load and sweep jobs) `start` runs for CONFIG ENGINE, in its order, read in folder DIR
+# with the workflow's own readings of runtime_load.server, prefix_cache.server and rate_sweep (lorabench.config).
+run_targets() {  # DIR CONFIG ENGINE
+    (cd "$1" && "${PY:-python3}" -c "
+from lorabench.config import load_file, prefix_cache_servers, rate_sweep_mixes, runtime_load_servers
+c = load_file('$2')
+srv = [s for s, v in c['servers'].items() if v['engine'] == '$3']
+srv.sort(key=lambda s: (c['servers'][s]['lora'], c['servers'][s].get('max_loras') or 0, s))
+def on(flag, names, path):
+    return [path % s for s in srv if s in names] if flag == '1' else []
+first = on('${PREFIX:-0}', prefix_cache_servers(c), 'results/prefix_cache/%s/prefix.json')
+extra = on('${RUNTIME:-0}', runtime_load_servers(c), 'results/runtime_load/%s/load.json')
+sweeps = on('1' if '${SWEEP:-0}' in ('1', 'first') else '0', rate_sweep_mixes(c), 'results/rate_sweep/%s/sweep.json')
+first, extra = (first + sweeps, extra) if '${SWEEP:-0}' == 'first' else (first, extra + sweeps)
+import os, re
+keep = os.environ.get('ONLY') or '.'
+ts = [t for t in first + ['results/servers/%s/facts.json' % s for s in srv] + extra if re.search(keep, t)]
+last = os.environ.get('LAST')
+ts = [t for t in ts if not (last and re.search(last, t))] + [t for t in ts if last and re.search(last, t)]
+print(' '.join(ts))")
+}
+
 case "${1:-}" in
   prepare)
     cfg=${2:?config}
@@ -81,26 +104,14 @@ print(' '.join('results/adapters/%s.json' % a for a in load_file('$cfg')['adapte
       || { step FAILED prepare; grep -E "Error|error" "$S/prepare.log" | tail -5 | cut -c1-200; exit 6; }
     step prepared
     ;;
+  targets)
+    # here, in this checkout, before a loan: what `start` would run, in order (check a recipe's ONLY and LAST)
+    PYTHONPATH=$PWD/workflow PY=${PY:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )} \
+      run_targets . "${2:?config}" "${3:?engine id}" | tr ' ' '\n'
+    ;;
   start)
     cfg=${2:?config}; engine=${3:?engine id}
-    # the workflow's own readings of runtime_load.server, prefix_cache.server and rate_sweep (lorabench.config)
-    targets=$(cd "$W" && python3 -c "
-from lorabench.config import load_file, prefix_cache_servers, rate_sweep_mixes, runtime_load_servers
-c = load_file('$cfg')
-srv = [s for s, v in c['servers'].items() if v['engine'] == '$engine']
-srv.sort(key=lambda s: (c['servers'][s]['lora'], c['servers'][s].get('max_loras') or 0, s))
-def on(flag, names, path):
-    return [path % s for s in srv if s in names] if flag == '1' else []
-first = on('${PREFIX:-0}', prefix_cache_servers(c), 'results/prefix_cache/%s/prefix.json')
-extra = on('${RUNTIME:-0}', runtime_load_servers(c), 'results/runtime_load/%s/load.json')
-sweeps = on('1' if '${SWEEP:-0}' in ('1', 'first') else '0', rate_sweep_mixes(c), 'results/rate_sweep/%s/sweep.json')
-first, extra = (first + sweeps, extra) if '${SWEEP:-0}' == 'first' else (first, extra + sweeps)
-import os, re
-keep = os.environ.get('ONLY') or '.'
-ts = [t for t in first + ['results/servers/%s/facts.json' % s for s in srv] + extra if re.search(keep, t)]
-last = os.environ.get('LAST')
-ts = [t for t in ts if not (last and re.search(last, t))] + [t for t in ts if last and re.search(last, t)]
-print(' '.join(ts))")
+    targets=$(run_targets "$W" "$cfg" "$engine") || exit 6
     setsid nohup bash -c "
       cd '$W'
       echo \"STEP env $engine \$(date +%T)\" >> '$S/steps.log'

@@ -96,3 +96,27 @@ def test_launch_starts_nothing_while_a_run_still_goes(tmp_path):
     finally:
         running.kill()
         running.wait()
+
+
+def targets(config, engine, **env):
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), "targets", config, engine],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()
+
+
+def test_targets_lists_the_jobs_start_would_run_in_its_order():
+    # loan 10's recipes, checked before the loan: servers by slot count, ONLY keeping some, LAST moving some last
+    many = "config/studies/many-adapters.yaml"
+    servers = [t.split("/")[2] for t in targets(many, "vllm")]
+    assert servers == ["vllm-ml2-cache128", "vllm-ml8-cache128", "vllm-ml8-cache8", "vllm-ml32-cache128"]
+    batch = [t.split("/")[2] for t in targets(many, "vllm", LAST="/vllm-ml(2-|8-cache8)")]
+    assert batch == ["vllm-ml8-cache128", "vllm-ml32-cache128", "vllm-ml2-cache128", "vllm-ml8-cache8"]
+    short = targets(many, "vllm", ONLY="/vllm-ml(32-|8-cache128/)", LAST="/vllm-ml8-cache128/")
+    assert short == ["results/servers/vllm-ml32-cache128/facts.json", "results/servers/vllm-ml8-cache128/facts.json"]
