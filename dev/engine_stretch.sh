@@ -106,8 +106,9 @@ print(' '.join('results/adapters/%s.json' % a for a in load_file('$cfg')['adapte
     ;;
   targets)
     # here, in this checkout, before a loan: what `start` would run, in order (check a recipe's ONLY and LAST)
-    PYTHONPATH=$PWD/workflow PY=${PY:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )} \
-      run_targets . "${2:?config}" "${3:?engine id}" | tr ' ' '\n'
+    ts=$(PYTHONPATH=$PWD/workflow PY=${PY:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )} \
+      run_targets . "${2:?config}" "${3:?engine id}") || exit 6
+    echo "$ts" | tr ' ' '\n'
     ;;
   start)
     cfg=${2:?config}; engine=${3:?engine id}

@@ -120,3 +120,14 @@ def test_targets_lists_the_jobs_start_would_run_in_its_order():
     assert batch == ["vllm-ml8-cache128", "vllm-ml32-cache128", "vllm-ml2-cache128", "vllm-ml8-cache8"]
     short = targets(many, "vllm", ONLY="/vllm-ml(32-|8-cache128/)", LAST="/vllm-ml8-cache128/")
     assert short == ["results/servers/vllm-ml32-cache128/facts.json", "results/servers/vllm-ml8-cache128/facts.json"]
+
+
+def test_targets_of_a_config_that_does_not_load_fail():
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), "targets", "config/studies/no-such-study.yaml", "vllm"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert proc.returncode == 6 and proc.stdout.strip() == "" and "no-such-study.yaml" in proc.stderr
