@@ -19,7 +19,8 @@
 #                                                     runs queued behind it with `after`: their inputs are built
 #                                                     before the first job starts, and they are waited for too);
 #                                                     again after a run has stopped: more jobs on the same inputs
-#                                                     (exit 7 while one still runs)
+#                                                     (exit 7 while one still runs); exit 6 at once where
+#                                                     prepare failed or this start did (a config it cannot read)
 #   bash dev/engine_stretch.sh after DIR CONFIG ENGINE  detached: once the run in DIR (another ES) has stopped and
 #                                                     this ES is prepared, start CONFIG ENGINE here: one server on
 #                                                     the GPU at a time, a second study queued behind the first
@@ -112,7 +113,8 @@ print(' '.join('results/adapters/%s.json' % a for a in load_file('$cfg')['adapte
     ;;
   start)
     cfg=${2:?config}; engine=${3:?engine id}
-    targets=$(run_targets "$W" "$cfg" "$engine") || exit 6
+    # a config that does not load starts nothing, and says so where `launch` looks (it stops waiting at once)
+    targets=$(run_targets "$W" "$cfg" "$engine") || { step FAILED start "$cfg" "$engine"; exit 6; }
     setsid nohup bash -c "
       cd '$W'
       echo \"STEP env $engine \$(date +%T)\" >> '$S/steps.log'
@@ -136,6 +138,9 @@ print(' '.join('results/adapters/%s.json' % a for a in load_file('$cfg')['adapte
       rm -f "$S/driver.pid"
     fi
     me=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+    # a failed prepare (once per folder) or a start of this launch that failed: a first run's failed job is no reason
+    seen=$(wc -l < "$S/steps.log")
+    failed() { grep -qs 'FAILED prepare' "$S/steps.log" || tail -n +$((seen + 1)) "$S/steps.log" | grep -qs 'FAILED start'; }
     # the runs queued behind this one build their inputs first too: no build shares the host with a measurement
     setsid nohup bash -c "
       while :; do
@@ -144,9 +149,9 @@ print(' '.join('results/adapters/%s.json' % a for a in load_file('$cfg')['adapte
         [ \$ready = 1 ] && break; sleep 2
       done
       bash '$me' start '$cfg' '$engine'" > "$S/launch.log" 2>&1 < /dev/null &
-    while [ ! -f "$S/driver.pid" ] && ! grep -qs FAILED "$S/steps.log" && [ "$(date +%s)" -lt "$end" ]; do sleep 2; done
+    while [ ! -f "$S/driver.pid" ] && ! failed && [ "$(date +%s)" -lt "$end" ]; do sleep 2; done
     sleep 1; cut -c1-300 "$S/launch.log"; cat "$S/steps.log"
-    grep -q 'FAILED prepare' "$S/steps.log" && exit 6
+    failed && exit 6
     left=$(( end - $(date +%s) )); [ "$left" -gt 0 ] || left=1
     bash "$me" waitall "$left" "$out" "$S" "${@:6}"
     ;;

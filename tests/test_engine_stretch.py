@@ -131,3 +131,26 @@ def test_targets_of_a_config_that_does_not_load_fail():
         timeout=60,
     )
     assert proc.returncode == 6 and proc.stdout.strip() == "" and "no-such-study.yaml" in proc.stderr
+
+
+def test_a_launch_whose_start_fails_comes_back_at_once(tmp_path):
+    # a second launch on a warm machine after a run with a failed job: that earlier failure neither ends the wait
+    # nor hides this launch's own; a start that cannot read its config says so and the call does not wait it out
+    es = tmp_path / "es"
+    es.mkdir()
+    (es / "steps.log").write_text(
+        "STEP prepare c 01:00:00\nSTEP prepared 01:00:01\nSTEP FAILED results/servers/x/facts.json 01:02:00\n"
+        "STEP DONE 01:03:00\n"
+    )
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), "launch", "config/studies/no-such-study.yaml", "vllm", "40", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ES": str(es)},
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert proc.returncode == 6 and time.monotonic() - t0 < 15
+    assert "STEP FAILED start config/studies/no-such-study.yaml vllm" in (es / "steps.log").read_text()
+    assert not (es / "driver.pid").exists()
