@@ -133,9 +133,11 @@ DEFAULTS = {
 }
 DEFAULT_SIDE_WORK_S = 60.0
 STOP_S = 10.0
-# A batch of k distinct adapters against one of one: studies/llama2-7b-rank16-h100 at 48 requests, all 32 adapters
-# loaded, took 1.92 times as long for 32 distinct adapters as for one (2,181 against 4,184 tokens/s): 0.92 / 31.
-DISTINCT_ADAPTER_COST = 0.03
+# A batch of k distinct adapters against one of one, at 48 requests with every adapter in a slot: 1 + 31 x 0.030 in
+# studies/llama2-7b-rank16-h100 (32 distinct adapters against one, Llama-2-7B shape, rank 16: 1.92 times as long);
+# 0.047-0.052 in studies/many-adapters-h100 (Qwen3-8B shape, rank 8: 26 and 32 distinct against 8, 3.08 and 3.39 s
+# against 1.83). The higher one: a stretch planned short loses its last job.
+DISTINCT_ADAPTER_COST = 0.05
 
 
 def rounds_cost(rounds: list[int]) -> float:
