@@ -1,5 +1,5 @@
 """dev/engine_stretch.sh launch: the call that completes the kit neither waits for inputs nobody is preparing nor
-starts a run whose preparation failed."""
+starts a run whose preparation (or start) failed; targets: the jobs a start would run, listed before a loan."""
 
 from __future__ import annotations
 
@@ -12,20 +12,23 @@ from .conftest import ROOT
 SCRIPT = ROOT / "dev/engine_stretch.sh"
 
 
-def launch(es, out, seconds=30, *queued):
-    """``launch`` with ES=es, its runs queued behind it (``after``) named by ``queued``; (result, seconds taken)."""
-    env = {**os.environ, "ES": str(es)}
-    args = ["launch", "config/studies/llama2-7b-rank16.yaml", "vllm", str(seconds), str(out), *map(str, queued)]
+def script(*args, **env):
+    """``bash dev/engine_stretch.sh ARGS`` from the checkout, ``env`` added to the environment; (result, seconds)."""
     t0 = time.monotonic()
     proc = subprocess.run(
-        ["bash", str(SCRIPT), *args],
+        ["bash", str(SCRIPT), *map(str, args)],
         capture_output=True,
         text=True,
-        env=env,
+        env={**os.environ, **env},
         cwd=ROOT,
         timeout=60,
     )
     return proc, time.monotonic() - t0
+
+
+def launch(es, out, seconds=30, *queued, config="config/studies/llama2-7b-rank16.yaml"):
+    """``launch`` with ES=es, its runs queued behind it (``after``) named by ``queued``; (result, seconds taken)."""
+    return script("launch", config, "vllm", seconds, out, *queued, ES=str(es))
 
 
 def test_launch_gives_up_at_once_when_nothing_is_being_prepared(tmp_path):
@@ -99,14 +102,7 @@ def test_launch_starts_nothing_while_a_run_still_goes(tmp_path):
 
 
 def targets(config, engine, **env):
-    proc = subprocess.run(
-        ["bash", str(SCRIPT), "targets", config, engine],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **env},
-        cwd=ROOT,
-        timeout=60,
-    )
+    proc, _ = script("targets", config, engine, **env)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.split()
 
@@ -123,13 +119,7 @@ def test_targets_lists_the_jobs_start_would_run_in_its_order():
 
 
 def test_targets_of_a_config_that_does_not_load_fail():
-    proc = subprocess.run(
-        ["bash", str(SCRIPT), "targets", "config/studies/no-such-study.yaml", "vllm"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
+    proc, _ = script("targets", "config/studies/no-such-study.yaml", "vllm")
     assert proc.returncode == 6 and proc.stdout.strip() == "" and "no-such-study.yaml" in proc.stderr
 
 
@@ -142,15 +132,7 @@ def test_a_launch_whose_start_fails_comes_back_at_once(tmp_path):
         "STEP prepare c 01:00:00\nSTEP prepared 01:00:01\nSTEP FAILED results/servers/x/facts.json 01:02:00\n"
         "STEP DONE 01:03:00\n"
     )
-    t0 = time.monotonic()
-    proc = subprocess.run(
-        ["bash", str(SCRIPT), "launch", "config/studies/no-such-study.yaml", "vllm", "40", str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "ES": str(es)},
-        cwd=ROOT,
-        timeout=60,
-    )
-    assert proc.returncode == 6 and time.monotonic() - t0 < 15
+    proc, took = launch(es, tmp_path / "out", 40, config="config/studies/no-such-study.yaml")
+    assert proc.returncode == 6 and took < 15
     assert "STEP FAILED start config/studies/no-such-study.yaml vllm" in (es / "steps.log").read_text()
     assert not (es / "driver.pid").exists()
