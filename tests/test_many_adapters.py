@@ -216,3 +216,23 @@ def test_the_slot_cliff_chart_is_drawn_only_where_a_condition_ran_on_two_slot_co
     two = [*base_only, row("ml2", 2, "uniform", 900.0)]
     out = plots.slot_cliff(two, tmp_path / "c.png", skip="base")
     assert out and out.stat().st_size > 5000
+
+
+def test_the_many_adapters_section_names_every_claim_judged_on_drawn_adapters():
+    """The section lists the adapter-scaling claims and the ratio claims with a side on a drawn condition (SGLang's
+    slot cliff in TTFT: 32 drawn adapters against 8), not the claims on fixed adapters."""
+    from lorabench.report_model import many_adapter_verdicts
+
+    config = {"conditions": {"n8-uniform": {"family": {"name": "m", "count": 8}}, "ab": {"adapters": ["a", "b"]}}}
+
+    def claim(cid: str, measure: dict) -> dict:
+        return {"id": cid, "measure": measure}
+
+    claims = [
+        claim("scaling", {"kind": "adapter_scaling", "assignment": "uniform"}),
+        claim("cliff-ttft", {"kind": "ratio", "num": {"condition": "n32-uniform"}, "den": {"condition": "n8-uniform"}}),
+        claim("fixed", {"kind": "ratio", "num": {"condition": "ab"}, "den": {"condition": "base"}}),
+        claim("probe", {"kind": "probe", "probe": "wrong_model_rejected"}),
+    ]
+    assert [c["id"] for c in many_adapter_verdicts(claims, config)] == ["scaling", "cliff-ttft"]
+    assert [c["id"] for c in many_adapter_verdicts(claims, {})] == ["scaling"]

@@ -245,11 +245,22 @@ def build(inputs: ReportInputs, out_dir: Path, checkout: Path, hardware_path: st
         facts={"facts": summary["facts"]},
         claims={
             "verdicts": verdicts,
-            "scaling_verdicts": [c for c in verdicts["claims"] if c["measure"]["kind"] == "adapter_scaling"],
+            "many_verdicts": many_adapter_verdicts(verdicts["claims"], config),
             "sections": sorted({c["section"] for c in verdicts["claims"]}),
         },
         provenance=prov,
     )
+
+
+def many_adapter_verdicts(claims: list[dict[str, Any]], config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The claims the "Many adapters" section answers: adapter scaling, and ratios with a side on a condition whose
+    adapters are drawn from a family (SGLang's slot cliff in TTFT: 32 drawn adapters against 8 on 8 slots)."""
+    drawn = {n for n, c in (config.get("conditions") or {}).items() if isinstance(c, dict) and c.get("family")}
+
+    def on_drawn(measure: dict[str, Any]) -> bool:
+        return any((measure.get(side) or {}).get("condition") in drawn for side in ("num", "den"))
+
+    return [c for c in claims if c["measure"]["kind"] == "adapter_scaling" or on_drawn(c["measure"])]
 
 
 def _capacity_section(inputs: ReportInputs, out_dir: Path) -> dict[str, Any] | None:
