@@ -219,11 +219,13 @@ def test_the_slot_cliff_chart_is_drawn_only_where_a_condition_ran_on_two_slot_co
 
 
 def test_the_many_adapters_section_names_every_claim_judged_on_drawn_adapters():
-    """The section lists the adapter-scaling claims and the ratio claims with a side on a drawn condition (SGLang's
-    slot cliff in TTFT: 32 drawn adapters against 8), not the claims on fixed adapters."""
+    """The section lists the adapter-scaling claims and the ratio claims with a side on one of its conditions, those
+    drawn from a popularity law (SGLang's slot cliff in TTFT: 32 drawn adapters against 8), not the claims on a mix
+    taken in turn."""
     from lorabench.report_model import many_adapter_verdicts
 
-    config = {"conditions": {"n8-uniform": {"family": {"name": "m", "count": 8}}, "ab": {"adapters": ["a", "b"]}}}
+    config = {"conditions": {"n8-uniform": {"family": {"name": "m", "count": 8}, "assignment": "uniform"},
+                             "ab": {"adapters": ["a", "b"], "assignment": "cycle"}}}  # fmt: skip
 
     def claim(cid: str, measure: dict) -> dict:
         return {"id": cid, "measure": measure}

@@ -252,17 +252,6 @@ def build(inputs: ReportInputs, out_dir: Path, checkout: Path, hardware_path: st
     )
 
 
-def many_adapter_verdicts(claims: list[dict[str, Any]], config: dict[str, Any]) -> list[dict[str, Any]]:
-    """The claims the "Many adapters" section answers: adapter scaling, and ratios with a side on a condition whose
-    adapters are drawn from a family (SGLang's slot cliff in TTFT: 32 drawn adapters against 8 on 8 slots)."""
-    drawn = {n for n, c in (config.get("conditions") or {}).items() if isinstance(c, dict) and c.get("family")}
-
-    def on_drawn(measure: dict[str, Any]) -> bool:
-        return any((measure.get(side) or {}).get("condition") in drawn for side in ("num", "den"))
-
-    return [c for c in claims if c["measure"]["kind"] == "adapter_scaling" or on_drawn(c["measure"])]
-
-
 def _capacity_section(inputs: ReportInputs, out_dir: Path) -> dict[str, Any] | None:
     """The rate sweeps' capacity tables, their plots copied beside the report (capacity-NAME.png)."""
     cap = inputs.capacity
@@ -371,6 +360,22 @@ def rank_rows(
 POPULARITY = ("uniform", "distinct", "zipf")
 
 
+def drawn(cond: dict[str, Any] | None) -> bool:
+    """A condition whose adapters are drawn per request from a popularity law: the "Many adapters" section's."""
+    return (cond or {}).get("assignment") in POPULARITY
+
+
+def many_adapter_verdicts(claims: list[dict[str, Any]], config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The claims the "Many adapters" section answers: adapter scaling, and ratios with a side on one of its drawn
+    conditions (SGLang's slot cliff in TTFT: 32 drawn adapters against 8 on 8 slots)."""
+    names = {n for n, c in (config.get("conditions") or {}).items() if drawn(c)}
+
+    def on_drawn(measure: dict[str, Any]) -> bool:
+        return any((measure.get(side) or {}).get("condition") in names for side in ("num", "den"))
+
+    return [c for c in claims if c["measure"]["kind"] == "adapter_scaling" or on_drawn(c["measure"])]
+
+
 def many_adapter_rows(
     rows: list[dict[str, Any]], queues: dict[str, Any], conditions: dict[str, Any]
 ) -> list[dict[str, Any]]:
@@ -381,7 +386,7 @@ def many_adapter_rows(
     out = []
     for r in rows:
         cond = conditions.get(r["condition"]) or {}
-        if cond.get("assignment") not in POPULARITY:
+        if not drawn(cond):
             continue
         c = cells.get((r["server"], r["condition"], r["burst"]), {})
         out.append(
