@@ -20,8 +20,11 @@ from .test_pipeline_e2e import copy_repo, snakemake
 pytestmark = pytest.mark.slow
 
 CONFIG = "config/studies/capacity-cpu.yaml"
+# min_window_requests: a 3 s window at 10 % of the probe's rate holds about 20 arrivals due, and on a busy 2-core
+# machine three of them finishing past its end was enough for the rate rule to call the lowest rate over-saturated
+# (fc49: 17 against 20 due); 40 due stretch that window to about 6 s and leave the others as they were
 LIGHTER_SWEEP = {"repeats": 2, "points": 2, "max_rate_factor": 1.9, "warmup_s": 0.5, "duration_s": 3, "drain_s": 0.5,
-                 "settle_s": 0.5, "search_steps": 2}  # fmt: skip
+                 "settle_s": 0.5, "search_steps": 2, "min_window_requests": 40}  # fmt: skip
 CYCLES = LIGHTER_SWEEP["repeats"]
 
 
@@ -33,7 +36,7 @@ def capacity(tmp_path_factory: pytest.TempPathFactory, built_inputs: Path) -> Pa
     for srv in cfg["servers"].values():
         srv["args"] = {**srv.get("args", {}), **EAGER}
     # lighter for CI (the behaviour, not the figures): a cycle of 10 %, 100 % and 190 % of the probe's rate, then one
-    # of two search steps (or the grid again where every rate met the SLO), 4 s a run
+    # of two search steps (or the grid again where every rate met the SLO), 4 s a run (about 7 s at 10 %)
     cfg["rate_sweep"].update(LIGHTER_SWEEP)
     (work / CONFIG).write_text(yaml.safe_dump(cfg, sort_keys=False))
     snakemake(work, "--configfile", CONFIG, "--replace-workflow-config", "sweeps", timeout=2400)
@@ -58,6 +61,8 @@ def test_each_server_swept_its_mixes_under_the_harness(capacity: Path):
             # every run says what the server's HTTP front end used (no GPU here: no busy share)
             assert all(0 <= p.host["front_end_cpu"] < 4 and "gpu_busy_pct" not in p.host for p in [s.probe, *s.points])
             assert s.fractions[0] == 0.1 and s.points[0].n_window > 0
+            low = s.points[0]  # its window stretched to hold min_window_requests arrivals due
+            assert low.duration_s == pytest.approx(max(3, LIGHTER_SWEEP["min_window_requests"] / low.rate_per_s))
             assert len(s.fractions) >= 2, (server, s.mix, s.stop_reason)  # 10 % of the probe's rate keeps pace
             # latency rises with the offered rate: the highest rate's p99 TTFT (median over cycles) above the lowest
             lowest, highest = min(s.fractions), max(s.fractions)
