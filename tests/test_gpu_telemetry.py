@@ -78,6 +78,20 @@ def test_a_wide_cell_says_why_from_its_own_measurements():
     assert summarize_cell(ms, target_pct=50.0).spread.reason is None
 
 
+def test_a_wide_cell_names_a_front_end_that_worked_harder_in_its_slow_bursts():
+    # SGLang's base-model cell of studies/many-adapters-h100 (H100, method v2, 10 cycles): two of its ten
+    # non-streamed bursts ran about 20 % slow, each with the HTTP front end at 0.29-0.30 of a CPU against 0.05-0.07
+    # in the others, while the GPU's busy share moved less with them.
+    rows = [json.loads(line) for line in (Path(__file__).parent / "fixtures/h100-v2/sglang-ml32-base.jsonl").open()]
+    ms = pd.DataFrame([_flatten(r) for r in rows if not r["warmup"]])
+    row = summarize_cell(ms, target_pct=2.0).to_json()
+    assert row["reached_target"] is False and row["spread_kind"] == "cycles" and row["throughput_n"] == 10
+    assert row["front_end_cpu_throughput_corr"] < -0.9
+    assert "; throughput moves with the HTTP front end's CPU (r = -" in row["spread_reason"]
+    assert row["spread_moves_with"] == "the HTTP front end's CPU"
+    assert CellSummary.from_json(row).load.front_end_cpu_corr == row["front_end_cpu_throughput_corr"]
+
+
 def test_stability_finding_groups_the_cells_by_the_kind_of_spread():
     rows = [
         {"status": "ok", "reached_target": True, "target_ci_pct": 3.0, "throughput_ci_pct": 2.0},

@@ -220,18 +220,23 @@ class CellLoad:
     # r between its bursts' throughput and the GPU's busy share, where positive beyond chance (stats.paced_by): its
     # slow bursts are those in which the GPU waited for the host
     gpu_paced_r: float | None = None
+    # r between the throughput bursts' figures and the front end's CPU in each (None with fewer than three, or a CPU
+    # share that never moves): a front end that worked harder in the slow bursts (summary.spread_reason names it)
+    front_end_cpu_corr: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"front_end_cpu_median": self.front_end_cpu,
                 "front_end_cpu_streamed_median": self.front_end_cpu_streamed, "gpu_busy_pct_median": self.gpu_busy_pct,
                 "gpu_busy_pct_streamed_median": self.gpu_busy_pct_streamed, "throughput_bound": self.throughput_bound,
-                "latency_bound": self.latency_bound, "throughput_gpu_paced_r": self.gpu_paced_r}  # fmt: skip
+                "latency_bound": self.latency_bound, "throughput_gpu_paced_r": self.gpu_paced_r,
+                "front_end_cpu_throughput_corr": self.front_end_cpu_corr}  # fmt: skip
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> CellLoad:
         return cls(d.get("front_end_cpu_median"), d.get("front_end_cpu_streamed_median"), d.get("gpu_busy_pct_median"),
                    d.get("gpu_busy_pct_streamed_median"), d.get("throughput_bound") or "",
-                   d.get("latency_bound") or "", d.get("throughput_gpu_paced_r"))  # fmt: skip
+                   d.get("latency_bound") or "", d.get("throughput_gpu_paced_r"),
+                   d.get("front_end_cpu_throughput_corr"))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -202,7 +202,17 @@ def _load(rows: _CellRows) -> CellLoad:
         gpu_paced_r=paced_by(list(rows.clean["throughput_tok_s"]), list(_col(rows.clean, "m_gpu_busy_pct")))
         if len(rows.clean)
         else None,
+        front_end_cpu_corr=_corr_with_throughput(rows.tp, "m_front_end_cpu"),
     )
+
+
+def _corr_with_throughput(tp: pd.DataFrame, col: str) -> float | None:
+    """r between the throughput rows' figures and one of their columns (None with fewer than three values or
+    values that never move)."""
+    series = pd.to_numeric(_col(tp, col), errors="coerce").dropna()
+    if len(series) < 3 or not series.std() > 0:
+        return None
+    return float(series.corr(tp.loc[series.index, "throughput_tok_s"]))
 
 
 def _latency(lat: pd.DataFrame) -> CellLatency:
@@ -263,9 +273,7 @@ def _telemetry(tp: pd.DataFrame) -> tuple[Telemetry, ...]:
         col = "m_gpu_util_pct_mean" if name == "gpu_util_pct" else f"m_{name}"
         series = pd.to_numeric(_col(tp, col), errors="coerce").dropna()
         if len(series):
-            ok = len(series) >= 3 and series.std() > 0
-            corr = float(series.corr(tp.loc[series.index, "throughput_tok_s"])) if ok else None
-            out.append(Telemetry(name, float(series.median()), corr))
+            out.append(Telemetry(name, float(series.median()), _corr_with_throughput(tp, col)))
     return tuple(out)
 
 
@@ -345,6 +353,7 @@ TELEMETRY_NAMES = {
     "engine_top_cpu_steal_pct": "CPU time stolen from the busiest engine thread's CPU",
     "client_cpu_pct": "the load client's CPU",
     "host_cpu_probe_ms": "the CPU probe's time",
+    "front_end_cpu": "the HTTP front end's CPU",
 }
 THREAD_BOUND_PCT = 95.0  # the busiest engine thread's share of one CPU, in every measurement, that binds the engine
 MIN_CORR_N = 6  # measurements before a correlation is named as a reason
