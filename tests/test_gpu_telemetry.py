@@ -8,7 +8,7 @@ import pandas as pd
 from lorabench.records import CellSummary
 from lorabench.report_model import findings, stability
 from lorabench.resources import GpuTelemetry, summarize_gpu_samples
-from lorabench.summary import _flatten, summarize_cell
+from lorabench.summary import _flatten, spread_reason, summarize_cell
 
 # Rows of the method-v1 H200 study of 2026-12-01 (studies/h200-both, since removed): one measurement was several
 # bursts, so a cell's spread splits into between measurements and between bursts.
@@ -90,6 +90,9 @@ def test_a_wide_cell_names_a_front_end_that_worked_harder_in_its_slow_bursts():
     assert "; throughput moves with the HTTP front end's CPU (r = -" in row["spread_reason"]
     assert row["spread_moves_with"] == "the HTTP front end's CPU"
     assert CellSummary.from_json(row).load.front_end_cpu_corr == row["front_end_cpu_throughput_corr"]
+    # a front end whose CPU rises with the tokens it passes on only kept pace: not named
+    kept_pace = {**row, "front_end_cpu_throughput_corr": 0.99}
+    assert "front end" not in spread_reason(kept_pace)[1] and spread_reason(kept_pace)[2] != row["spread_moves_with"]
 
 
 def test_stability_finding_groups_the_cells_by_the_kind_of_spread():

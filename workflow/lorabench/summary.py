@@ -355,6 +355,9 @@ TELEMETRY_NAMES = {
     "host_cpu_probe_ms": "the CPU probe's time",
     "front_end_cpu": "the HTTP front end's CPU",
 }
+# Series named only where they fall as throughput rises: the front end's CPU rises with the tokens it passes on, so
+# a positive r says only that it kept pace; a negative one, that it worked harder in the slow bursts
+FALLS_ONLY = {"front_end_cpu"}
 THREAD_BOUND_PCT = 95.0  # the busiest engine thread's share of one CPU, in every measurement, that binds the engine
 MIN_CORR_N = 6  # measurements before a correlation is named as a reason
 WHOLE_RANGE_BELOW = 9  # with fewer values, the 95 % interval of a median is their range (stats.MedianInterval)
@@ -407,7 +410,9 @@ def spread_reason(row: Mapping[str, Any]) -> tuple[str, str, str | None]:
     corrs = [
         (abs(c), c, label)
         for key, label in TELEMETRY_NAMES.items()
-        if (c := row.get(f"{key}_throughput_corr")) is not None and not math.isnan(c)
+        if (c := row.get(f"{key}_throughput_corr")) is not None
+        and not math.isnan(c)
+        and not (key in FALLS_ONLY and c > 0)
     ]
     moves_with = None
     if corrs and n >= MIN_CORR_N:
