@@ -130,8 +130,13 @@ def _mode_rows(ms: pd.DataFrame, streamed: bool) -> pd.DataFrame:
     return ms[flag == streamed]
 
 
+def _numeric(df: pd.DataFrame, col: str) -> pd.Series:
+    """One column of the rows as numbers, the rows without one left out (indexed as ``df``)."""
+    return pd.to_numeric(_col(df, col), errors="coerce").dropna()
+
+
 def _median_of(df: pd.DataFrame, col: str) -> float | None:
-    series = pd.to_numeric(_col(df, col), errors="coerce").dropna()
+    series = _numeric(df, col)
     return float(series.median()) if len(series) else None
 
 
@@ -202,14 +207,13 @@ def _load(rows: _CellRows) -> CellLoad:
         gpu_paced_r=paced_by(list(rows.clean["throughput_tok_s"]), list(_col(rows.clean, "m_gpu_busy_pct")))
         if len(rows.clean)
         else None,
-        front_end_cpu_corr=_corr_with_throughput(rows.tp, "m_front_end_cpu"),
+        front_end_cpu_corr=_throughput_corr(rows.tp, _numeric(rows.tp, "m_front_end_cpu")),
     )
 
 
-def _corr_with_throughput(tp: pd.DataFrame, col: str) -> float | None:
-    """r between the throughput rows' figures and one of their columns (None with fewer than three values or
-    values that never move)."""
-    series = pd.to_numeric(_col(tp, col), errors="coerce").dropna()
+def _throughput_corr(tp: pd.DataFrame, series: pd.Series) -> float | None:
+    """r between the throughput rows' figures and ``series`` (a column of theirs, ``_numeric``): None with fewer
+    than three values or values that never move."""
     if len(series) < 3 or not series.std() > 0:
         return None
     return float(series.corr(tp.loc[series.index, "throughput_tok_s"]))
@@ -255,12 +259,11 @@ def _queue_medians(tp: pd.DataFrame, warm: pd.DataFrame | None) -> dict[str, flo
 
 
 def _gpu_state(tp: pd.DataFrame) -> GpuState | None:
-    sm = _col(tp, "m_gpu_sm_mhz_mean").dropna()
+    sm = _numeric(tp, "m_gpu_sm_mhz_mean")
     if not len(sm):
         return None
-    corr = float(sm.corr(tp.loc[sm.index, "throughput_tok_s"])) if len(sm) >= 3 and sm.std() > 0 else None
     power = float(_col(tp, "m_gpu_power_w_mean").dropna().median())
-    return GpuState(float(sm.median()), Summary.of(list(sm)).spread_pct, power, corr)
+    return GpuState(float(sm.median()), Summary.of(list(sm)).spread_pct, power, _throughput_corr(tp, sm))
 
 
 def _telemetry(tp: pd.DataFrame) -> tuple[Telemetry, ...]:
@@ -271,9 +274,9 @@ def _telemetry(tp: pd.DataFrame) -> tuple[Telemetry, ...]:
     out = []
     for name in TELEMETRY:
         col = "m_gpu_util_pct_mean" if name == "gpu_util_pct" else f"m_{name}"
-        series = pd.to_numeric(_col(tp, col), errors="coerce").dropna()
+        series = _numeric(tp, col)
         if len(series):
-            out.append(Telemetry(name, float(series.median()), _corr_with_throughput(tp, col)))
+            out.append(Telemetry(name, float(series.median()), _throughput_corr(tp, series)))
     return tuple(out)
 
 
@@ -294,7 +297,7 @@ def summarize_cell(
     slow = len(outliers_below(list(clean["throughput_tok_s"]), slow_below))
     n_ok = _col(clean, "n_ok").sum()
     # an engine bound by one host thread: its busiest thread kept a CPU full in every measurement
-    top_pct = pd.to_numeric(_col(tp, "m_engine_top_thread_pct"), errors="coerce").dropna()
+    top_pct = _numeric(tp, "m_engine_top_thread_pct")
     top_names = _col(tp, "m_engine_top_thread").dropna()
     cell = CellSummary(
         throughput=_throughput(rows, target_pct),
