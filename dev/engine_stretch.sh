@@ -157,6 +157,9 @@ print(' '.join('results/adapters/%s.json' % a for a in load_file('$cfg')['adapte
     ;;
   after)
     prev=${2:?folder of the run to wait for}; cfg=${3:?config}; engine=${4:?engine id}
+    # queued before this run's own prepare has begun (loan 13: it starts once the first study's inputs are built),
+    # its folder does not exist yet: the queue's log goes there all the same
+    mkdir -p "$S"
     setsid nohup bash -c "
       sleep 5
       # the run before may not have started yet (queued before a launch): wait for it to start or to fail first

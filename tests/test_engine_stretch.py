@@ -136,3 +136,19 @@ def test_a_launch_whose_start_fails_comes_back_at_once(tmp_path):
     assert proc.returncode == 6 and took < 15
     assert "STEP FAILED start config/studies/no-such-study.yaml vllm" in (es / "steps.log").read_text()
     assert not (es / "driver.pid").exists()
+
+
+def test_a_run_queued_before_its_prepare_began_is_queued_all_the_same(tmp_path):
+    # loan 13: the second study's prepare waited for the first one's inputs, so its folder did not exist when
+    # `after` queued it; the queue's log could not be written and the second run never started
+    es, es2 = tmp_path / "es", tmp_path / "es2"
+    proc, _ = script("after", es, "config/studies/rank-sweep.yaml", "sglang", ES=str(es2))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "queued behind" in proc.stdout
+    assert "No such file" not in proc.stderr
+    assert (es2 / "after.log").exists()
+    # it waits for the run before it to start (or its prepare to fail): end it with a failed prepare
+    es.mkdir()
+    (es / "steps.log").write_text("STEP FAILED prepare\n")
+    (es2 / "steps.log").parent.mkdir(exist_ok=True)
+    (es2 / "steps.log").write_text("STEP FAILED prepare\n")
