@@ -1,11 +1,17 @@
-"""The /metrics poller: parsing, and stopping it never swallows the caller's own cancellation."""
+"""The /metrics poller: parsing, stopping it never swallows the caller's own cancellation, and the load test's client
+leaves it a connection while a burst holds all the others."""
 
 from __future__ import annotations
 
 import asyncio
+import time
+from types import SimpleNamespace
 
 import aiohttp
+from aiohttp import web
 
+from lorabench.loadgen.client import make_session
+from lorabench.measure.measurer import client_connections
 from lorabench.metrics import MetricsSampler, parse_prometheus
 
 
@@ -45,3 +51,49 @@ def test_cancelling_the_caller_during_stop_is_not_swallowed():
     cancelled, plain = asyncio.run(main())
     assert cancelled
     assert plain == []
+
+
+def test_the_load_tests_client_polls_metrics_while_its_largest_burst_is_in_flight():
+    """Loan 13: the client's pool was exactly as large as the largest burst, so a poll taken while a burst was in
+    flight waited for its first request to finish; a one-round burst of 48 got two polls, at 0.00 and 0.07 s. A
+    server here stands in for any engine: requests that take 0.6 s, a /metrics that answers at once."""
+
+    async def slow(_: web.Request) -> web.Response:
+        await asyncio.sleep(0.6)
+        return web.json_response({})
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(text="vllm:num_requests_running 4\n")
+
+    async def main(connections: int) -> list[float]:
+        app = web.Application()
+        app.router.add_post("/v1/completions", slow)
+        app.router.add_get("/metrics", metrics)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        url = f"http://127.0.0.1:{port}"
+        try:
+            async with make_session(connections) as http:
+
+                async def one() -> None:
+                    async with http.post(url + "/v1/completions", json={}) as r:
+                        await r.read()
+
+                sampler = MetricsSampler(http, url + "/metrics", ("vllm:",), 0.05)
+                t0 = time.time()
+                sampler.start()
+                await asyncio.gather(*(one() for _ in range(4)))
+                return [s["t"] - t0 for s in await sampler.stop()]
+        finally:
+            await runner.cleanup()
+
+    job = SimpleNamespace(bursts=[2, 4])
+    polled = asyncio.run(main(client_connections(job)))  # type: ignore[arg-type]
+    in_flight = [t for t in polled if 0.1 < t < 0.5]
+    assert len(in_flight) >= 3, polled
+    # a pool as large as the burst alone: the polls wait for the burst
+    held = asyncio.run(main(4))
+    assert not [t for t in held if 0.1 < t < 0.5], held

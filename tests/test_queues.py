@@ -112,7 +112,7 @@ def test_cliff_overlap_or_too_few_samples_is_inconclusive_and_never_sampled_is_n
     q2 = _queues(tmp_path, [2.0], [8.0], reps=2)  # scraped during the measurements, but only two of them
     assert q2["cliffs"][0]["finding"] == "too few samples"
     r = _verdict(q2)
-    assert r.verdict == "inconclusive" and "answered after them" in r.why
+    assert r.verdict == "inconclusive" and "came back while requests were in flight" in r.why
     # scraped between bursts only (harness.metrics: between): the warm-up bursts alone were sampled in flight
     c = {**q2["cliffs"][0]}
     c["few"] = {**c["few"], "metrics": "between"}

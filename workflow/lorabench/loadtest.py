@@ -19,7 +19,7 @@ from .job import ServerJob
 from .jobs import JobKind, Json, not_run_facts
 from .measure.burst import Burst
 from .measure.cycles import cycles_per_start
-from .measure.measurer import Measurer, job_targets, per_adapter
+from .measure.measurer import Measurer, client_connections, job_targets, per_adapter
 from .nvml import gpu_busy_for
 from .resources import GpuTelemetry, HostTelemetry, gpu_memory
 from .session import ServerSession
@@ -107,7 +107,7 @@ class LoadTest(JobKind):
         busy: Any,
     ) -> tuple[Measurer, dict[str, Any]]:
         """Measure on one server start; ``m`` carries what earlier starts of the same job measured."""
-        async with session.client(max(session.job.bursts)) as http:
+        async with session.client(client_connections(session.job)) as http:
             if m is None:
                 m = Measurer(session.job, session.engine, session.spec, base_url, session.rset, http)
             m.session, m.base_url, m.server_exit, m.instance = http, base_url, proc.poll, instance

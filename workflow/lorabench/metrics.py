@@ -33,8 +33,15 @@ def parse_prometheus(text: str, prefixes: tuple[str, ...]) -> list[dict[str, Any
     return rows
 
 
+# Connections a client must hold beyond its requests' for the sampler: a pool exactly as large as a burst holds its
+# polls until the burst's first requests finish (a one-round burst of 48 on an H100: two polls, at 0.00 and 0.07 s,
+# then none until it ended 1.5 s later), so queue depths read in flight would miss the burst's first round.
+METRICS_CONNECTIONS = 1
+
+
 class MetricsSampler:
-    """Polls /metrics every ``interval_s`` in the background; ``stop()`` returns the samples."""
+    """Polls /metrics every ``interval_s`` in the background; ``stop()`` returns the samples. Its session needs
+    ``METRICS_CONNECTIONS`` free beside the requests in flight."""
 
     def __init__(self, session: aiohttp.ClientSession, url: str, prefixes: tuple[str, ...], interval_s: float):
         self.session, self.url, self.prefixes, self.interval_s = session, url, prefixes, interval_s

@@ -434,11 +434,12 @@ def cliff_sentence(c: dict[str, Any]) -> str:
             f" and {m['measurements_in_flight']}; three are needed) to tell"
         )
         if sampled_during(c):
-            # Scraped during the bursts, yet too few scrapes saw requests in flight: the engine's HTTP front end
-            # answered them only after the bursts (it had no CPU to spare while streaming).
+            # Scraped during the bursts, yet too few scrapes saw requests in flight: bursts short against the
+            # polling period, or a front end that answered late. (Until 2026-12-06 the client's own pool, as large
+            # as the burst, held every poll until the burst's first requests finished: metrics.METRICS_CONNECTIONS.)
             return (
-                f"{head}: the scrapes taken during the bursts were answered after them; longer bursts, or a CPU of"
-                " its own for the engine's front end, give more."
+                f"{head}: too few of the scrapes taken during the bursts came back while requests were in flight;"
+                " longer bursts or a shorter metrics_interval_s give more."
             )
         return f"{head}; set harness.metrics: during."
 

@@ -19,7 +19,7 @@ from ..harness import quiet_gc
 from ..job import ServerJob
 from ..loadgen.client import CompletionRequest, RequestRecord, run_burst, run_concurrency
 from ..loadgen.workload import request_shapes, set_key
-from ..metrics import MetricsSampler, summarize_samples
+from ..metrics import METRICS_CONNECTIONS, MetricsSampler, summarize_samples
 from ..nvml import GpuBusy
 from ..resources import GpuTelemetry, HostTelemetry, cpu_share, cpu_ticks, gpu_memory
 from ..server import ServerStartError
@@ -28,6 +28,12 @@ from .cycles import Cell, Progress, Targets, cycle_cells, run_cycles
 from .probes import canary, probe_server
 
 log = logging.getLogger(__name__)
+
+
+def client_connections(job: ServerJob) -> int:
+    """Connections of the load test's HTTP client: every request of its largest burst at once, and the metrics
+    sampler's beside them, so that a scrape taken while a burst is in flight is not queued behind it."""
+    return max(job.bursts) + METRICS_CONNECTIONS
 
 
 def requests_of(
