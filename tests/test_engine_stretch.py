@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from pathlib import Path
 
 from .conftest import ROOT
 
@@ -150,5 +151,23 @@ def test_a_run_queued_before_its_prepare_began_is_queued_all_the_same(tmp_path):
     # it waits for the run before it to start (or its prepare to fail): end it with a failed prepare
     es.mkdir()
     (es / "steps.log").write_text("STEP FAILED prepare\n")
-    (es2 / "steps.log").parent.mkdir(exist_ok=True)
     (es2 / "steps.log").write_text("STEP FAILED prepare\n")
+    # the queue then gives up without starting anything, and leaves no process behind
+    assert naming(es2), "the queue's process was not found"
+    deadline = time.monotonic() + 30
+    while naming(es2) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not naming(es2)
+    assert not (es2 / "driver.pid").exists()
+
+
+def naming(path) -> list[str]:
+    """The processes whose command line names ``path``."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(path).encode() in cmdline.read_bytes():
+                found.append(cmdline.parent.name)
+        except OSError:
+            pass
+    return found
