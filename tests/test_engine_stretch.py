@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from pathlib import Path
 
 from .conftest import ROOT
+from .test_pipeline_e2e import processes_naming
 
 SCRIPT = ROOT / "dev/engine_stretch.sh"
 
@@ -152,22 +152,14 @@ def test_a_run_queued_before_its_prepare_began_is_queued_all_the_same(tmp_path):
     es.mkdir()
     (es / "steps.log").write_text("STEP FAILED prepare\n")
     (es2 / "steps.log").write_text("STEP FAILED prepare\n")
-    # the queue then gives up without starting anything, and leaves no process behind
-    assert naming(es2), "the queue's process was not found"
+    # the queue then gives up without starting anything, and leaves no process behind (until setsid has exec'd,
+    # the queue is a fork of the script, whose command line does not name es2: wait for it to show)
+    deadline = time.monotonic() + 3
+    while not processes_naming(str(es2)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes_naming(str(es2)), "the queue's process was not found"
     deadline = time.monotonic() + 30
-    while naming(es2) and time.monotonic() < deadline:
+    while processes_naming(str(es2)) and time.monotonic() < deadline:
         time.sleep(1)
-    assert not naming(es2)
+    assert not processes_naming(str(es2))
     assert not (es2 / "driver.pid").exists()
-
-
-def naming(path) -> list[str]:
-    """The processes whose command line names ``path``."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if str(path).encode() in cmdline.read_bytes():
-                found.append(cmdline.parent.name)
-        except OSError:
-            pass
-    return found

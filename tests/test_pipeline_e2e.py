@@ -91,8 +91,9 @@ def planned(workdir: Path, *args: str) -> dict[str, int]:
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
 
 
-def server_processes(marker: str) -> list[str]:
-    """Command lines of live processes that mention ``marker`` (the study folder)."""
+def processes_naming(marker: str) -> list[str]:
+    """Command lines of live processes (this one aside) that mention ``marker``, read from /proc: ``ps`` cuts long
+    ones, such as a ``bash -c`` script's."""
     found = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit() and int(d.name) != os.getpid():
@@ -100,9 +101,14 @@ def server_processes(marker: str) -> list[str]:
                 cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if marker in cmd and any(m in cmd for m in all_server_markers()):
+            if marker in cmd:
                 found.append(cmd)
     return found
+
+
+def server_processes(marker: str) -> list[str]:
+    """Command lines of live engine servers that mention ``marker`` (the study folder)."""
+    return [cmd for cmd in processes_naming(marker) if any(m in cmd for m in all_server_markers())]
 
 
 def test_report_has_every_row_measured(study: Path):
