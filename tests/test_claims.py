@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from lorabench.claims import Context, Verdict, _decide_threshold, apply_rule, evaluate, load_claims
+from lorabench.claims import Context, Verdict, _below_margin, _decide_threshold, apply_rule, evaluate, load_claims
 from lorabench.engines.base import models_listed_ok
 from lorabench.io import read_json
 
@@ -174,6 +174,25 @@ def test_a_threshold_claim_is_decided_by_its_whole_span_or_its_negligible_margin
         assert "negligible margin of 3 points" in why
     if got == "inconclusive" and "negligible" in rule:
         assert "more than 3 points onto the claim's side" in why
+
+
+@pytest.mark.parametrize(
+    ("rule", "span", "said"),
+    [
+        ({"type": "less_than", "value": 0, "decisive": True, "negligible": 3}, (-2.1, -1.4), True),
+        ({"type": "less_than", "value": 0, "decisive": True, "negligible": 3}, (-4.0, -1.4), False),
+        ({"type": "greater_than", "value": 0, "decisive": True, "negligible": 3}, (0.5, 2.0), True),
+        ({"type": "less_than", "value": 0, "decisive": True}, (-2.1, -1.4), False),
+    ],
+)
+def test_a_reproduced_threshold_claim_says_when_its_effect_is_smaller_than_the_margin(rule, span, said):
+    """A span wholly on the claim's side reproduces it; where the whole span stays within the negligible margin,
+    the reason says the effect is there but smaller than the margin."""
+    note = _below_margin(rule, span)
+    assert bool(note) is said
+    if said:
+        assert "smaller than the registry's negligible margin of 3 points" in note
+        assert f"{span[0]:.1f}% to {span[1]:.1f}%" in note
 
 
 def test_spread_claims_have_no_direction():

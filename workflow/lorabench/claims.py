@@ -672,6 +672,24 @@ def _decide_threshold(
     )
 
 
+def _below_margin(rule: dict[str, Any], span: tuple[float, float]) -> str:
+    """For a ``decisive`` threshold claim reproduced by a span wholly on its side: a sentence saying so where the
+    whole span stays within the rule's ``negligible`` margin of the threshold (an effect that is there but smaller
+    than the margin, which a reader of "reproduced" alone would not guess); else ""."""
+    margin = rule.get("negligible")
+    if not rule.get("decisive") or margin is None or rule.get("type") not in ("less_than", "greater_than"):
+        return ""
+    t = float(rule["value"])
+    reach = t - span[0] if rule["type"] == "less_than" else span[1] - t
+    if reach >= float(margin):
+        return ""
+    return (
+        f"our intervals span {span[0]:.1f}% to {span[1]:.1f}%, wholly on the claim's side of {t:g}% but within "
+        f"{float(margin):g} points of it: the effect is there, smaller than the registry's negligible margin of "
+        f"{float(margin):g} points"
+    )
+
+
 def evaluate(claims: list[dict[str, Any]], ctx: Context) -> list[Verdict]:
     out = []
     for claim in claims:
@@ -705,6 +723,9 @@ def evaluate(claims: list[dict[str, Any]], ctx: Context) -> list[Verdict]:
             if (span and verdict in ("reproduced", "contradicted") and rule.get("decisive") and "value" in rule
                     and span[0] <= float(rule["value"]) <= span[1]):  # fmt: skip
                 verdict, why = _decide_threshold(rule, value, span, rule_result, note)
+            elif span and verdict == "reproduced":
+                small = _below_margin(rule, span)
+                why = f"{why}; {small}" if why and small else (small or why)
             if span and verdict in ("direction only", "contradicted"):
                 c = claim["claimed"]
                 lo, hi = (c["low"], c["high"]) if "low" in c else (c.get("value"), c.get("value"))
