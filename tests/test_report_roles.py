@@ -11,7 +11,8 @@ import yaml
 from lorabench.claims import evaluate, finding_links, load_claims
 from lorabench.config import ConfigError, load_and_check
 from lorabench.io import read_json
-from lorabench.report_model import findings, gpu_bandwidths, rank_rows, roofline
+from lorabench.report import environment
+from lorabench.report_model import _engine_rows, findings, gpu_bandwidths, rank_rows, roofline
 from lorabench.roles import condition_roles, derived_role, role_conditions
 
 from .conftest import FIXTURES, ROOT
@@ -285,3 +286,19 @@ def test_the_engine_comparison_counts_rows_of_servers_on_different_machines():
         "1 of 1 paired rows differ beyond the spread; median ratio -5.0%; 1 of 1 compare servers that ran on "
         "different machines, which no interval here covers"
     )
+
+
+def test_the_engine_comparison_table_names_its_servers_and_marks_rows_of_two_machines():
+    row = {"lora": True, "slots": 1, "max_lora_rank": 8, "condition": "r8", "burst": 18,
+           "a_engine": "sglang", "a_server": "sglang-rank8", "a_tok_s": 1288.0, "a_spread_pct": 1.3, "a_ci_pct": 0.5,
+           "b_engine": "vllm", "b_server": "vllm-rank8", "b_tok_s": 1801.0, "b_spread_pct": 6.3, "b_ci_pct": 1.9,
+           "ratio_pct": 39.8, "ratio_lo_pct": 36.6, "ratio_hi_pct": 42.7}  # fmt: skip
+    facts = [{"server": "sglang-rank8", "boot_id": "a"}, {"server": "vllm-rank8", "boot_id": "b"}]
+    (apart,) = _engine_rows({"engine_comparison": [row], "facts": facts})
+    (together,) = _engine_rows({"engine_comparison": [row], "facts": [{**f, "boot_id": "a"} for f in facts]})
+    assert apart["apart"] and not together["apart"]
+    section = environment(ROOT / "report" / "templates").get_template("sections/engines.html.j2")
+    html = section.render(engine_comparison=[apart], facts=[])
+    assert 'sglang-rank8, vllm-rank8 <span class="muted">(two machines)</span>' in html
+    assert "1,288 (0.5)" in html and "1,801 (1.9)" in html  # each side's 95 % interval, not its spread
+    assert "(two machines)" not in section.render(engine_comparison=[together], facts=[])

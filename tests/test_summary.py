@@ -11,7 +11,7 @@ import pytest
 from lorabench.io import read_json, read_jsonl
 from lorabench.loadgen.client import RequestRecord
 from lorabench.measure.burst import measurement_row
-from lorabench.summary import aggregate, summarize_cell
+from lorabench.summary import aggregate, engine_comparison, summarize_cell
 
 from .conftest import FIXTURES, ROOT
 
@@ -179,3 +179,27 @@ def test_a_comparison_whose_slow_bursts_are_those_the_gpu_waited_in_says_so(tmp_
     )  # faster when less busy: not paced
     assert paced_by([1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 3, 2, 5, 4, 6, 9, 7, 8]) == pytest.approx(0.9, abs=0.05)
     assert paced_by([1, 2, 3, 4, 5, 6], [3, 1, 2, 6, 4, 5]) is None  # r 0.66 of six pairs: not beyond chance
+
+
+def _engine_row(engine: str, server: str, rank: int | None, tok_s: float, **kw: object) -> dict:
+    return {"engine": engine, "server": server, "status": "ok", "lora": rank is not None, "max_loras": 1,
+            "max_lora_rank": rank, "condition": "r8", "burst": 18, "workload": "default",
+            "throughput_median": tok_s, "throughput_ci_lo": tok_s * 0.99, "throughput_ci_hi": tok_s * 1.01,
+            "throughput_ci_pct": 1.0, "throughput_spread_pct": 4.0, **kw}  # fmt: skip
+
+
+def test_the_engine_comparison_pairs_servers_of_one_max_rank_and_names_them():
+    """Servers pair by LoRA, slots and max_lora_rank (not whichever of an engine's servers came last); where an
+    engine has two servers of one setting, each pairs with the other engine's; each side carries its 95 %
+    interval."""
+    rows = [_engine_row("sglang", "sglang-rank8", 8, 1000.0), _engine_row("sglang", "sglang-rank64", 64, 900.0),
+            _engine_row("vllm", "vllm-rank8", 8, 1500.0), _engine_row("vllm", "vllm-rank64", 64, 1800.0),
+            _engine_row("vllm", "vllm-rank64b", 64, 1350.0)]  # fmt: skip
+    got = [c.to_json() for c in engine_comparison(rows)]
+    assert [(c["a_server"], c["b_server"], c["max_lora_rank"]) for c in got] == [
+        ("sglang-rank8", "vllm-rank8", 8),
+        ("sglang-rank64", "vllm-rank64", 64),
+        ("sglang-rank64", "vllm-rank64b", 64),
+    ]
+    assert [round(c["ratio_pct"]) for c in got] == [50, 100, 50]
+    assert got[0]["a_ci_pct"] == got[0]["b_ci_pct"] == 1.0

@@ -104,6 +104,7 @@ class EngineSide:
     server: str
     tok_s: float
     spread_pct: float | None
+    ci_pct: float | None = None  # the 95 % interval of the median, ± percent (summaries before it: absent)
 
 
 @dataclass(frozen=True)
@@ -118,21 +119,26 @@ class EngineComparison:
     a: EngineSide
     b: EngineSide
     ratio: RatioSpan
+    max_lora_rank: int | None = None  # both servers' (summaries before it: absent)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"lora": self.lora, "slots": self.slots, "condition": self.condition,
                                "burst": self.burst}  # fmt: skip
+        if self.max_lora_rank is not None:
+            out["max_lora_rank"] = self.max_lora_rank
         for tag, side in (("a", self.a), ("b", self.b)):
             out |= {f"{tag}_engine": side.engine, f"{tag}_server": side.server, f"{tag}_tok_s": side.tok_s,
                     f"{tag}_spread_pct": side.spread_pct}  # fmt: skip
+            if side.ci_pct is not None:
+                out[f"{tag}_ci_pct"] = side.ci_pct
         return out | self.ratio.to_json()
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> EngineComparison:
-        sides = [EngineSide(d[f"{t}_engine"], d[f"{t}_server"], d[f"{t}_tok_s"], d.get(f"{t}_spread_pct"))
-                 for t in ("a", "b")]  # fmt: skip
+        sides = [EngineSide(d[f"{t}_engine"], d[f"{t}_server"], d[f"{t}_tok_s"], d.get(f"{t}_spread_pct"),
+                            d.get(f"{t}_ci_pct")) for t in ("a", "b")]  # fmt: skip
         return cls(bool(d["lora"]), d.get("slots"), d["condition"], int(d["burst"]), sides[0], sides[1],
-                   RatioSpan.from_json(d))  # fmt: skip
+                   RatioSpan.from_json(d), d.get("max_lora_rank"))  # fmt: skip
 
 
 @dataclass(frozen=True)

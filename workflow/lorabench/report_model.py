@@ -239,7 +239,7 @@ def build(inputs: ReportInputs, out_dir: Path, checkout: Path, hardware_path: st
             "many_fig": many_fig.name if many_fig else None,
             "ranks": rank_rows(rows, adapters, base),
         },
-        engines={"engine_comparison": summary.get("engine_comparison") or []},
+        engines={"engine_comparison": _engine_rows(summary)},
         capacity={"capacity": _capacity_section(inputs, out_dir)},
         side_jobs={"runtime": summary.get("runtime", []), "prefix": summary.get("prefix_cache", [])},
         facts={"facts": summary["facts"]},
@@ -453,6 +453,14 @@ def _finding(
     else:
         verdict = f"a difference beyond our spread at burst {', '.join(beyond)}, within it elsewhere"
     return {"key": key, "engine": engine, "question": question, "answer": f"{what}: {'; '.join(parts)} ({verdict})"}
+
+
+def _engine_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The engine comparison's rows, each with ``apart``: whether its two servers ran on different machines (their
+    recorded boot ids differ), which the span does not cover."""
+    boots = {f["server"]: str(f["boot_id"]) for f in summary.get("facts") or [] if f.get("boot_id")}
+    return [{**c, "apart": other_machines(boots.get(c["a_server"]), boots.get(c["b_server"]))}
+            for c in summary.get("engine_comparison") or []]  # fmt: skip
 
 
 def _across(found: dict[str, Any] | None, boots: dict[str, str], a: str, b: str) -> dict[str, Any] | None:

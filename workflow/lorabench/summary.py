@@ -474,23 +474,36 @@ def _engine_baselines(sdf: pd.DataFrame) -> None:
 
 
 def engine_comparison(rows: list[dict[str, Any]]) -> list[EngineComparison]:
-    """The same LoRA setting, condition and burst on two engines side by side: B / A with the span the
-    two medians' 95 % intervals allow. Rows pair servers by (lora, slots, condition, burst)."""
+    """The same server setting, condition, burst and workload on two engines side by side: B / A with the span the
+    two medians' 95 % intervals allow. Servers pair by (lora, slots, max_lora_rank); where an engine has several
+    servers of one setting (vLLM's host cache sizes), each of them pairs with each of the other's."""
     ok = [r for r in rows if r.get("status") == "ok" and r.get("throughput_median")]
     engines = sorted({r["engine"] for r in ok})
     if len(engines) < 2:
         return []
     a_name, b_name = engines[0], engines[1]
-    key = lambda r: (bool(r.get("lora")), r.get("max_loras") or 0, r["condition"], r["burst"])  # noqa: E731
-    a_rows = {key(r): r for r in ok if r["engine"] == a_name}
+
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
+        rank = r.get("max_lora_rank") if r.get("lora") else None
+        rank = None if rank is None or (isinstance(rank, float) and math.isnan(rank)) else int(rank)
+        return (bool(r.get("lora")), r.get("max_loras") or 0, rank or 0, r["condition"], r["burst"],
+                str(r.get("workload") or ""))  # fmt: skip
+
+    def side(x: dict[str, Any]) -> EngineSide:
+        ci = x.get("throughput_ci_pct")
+        return EngineSide(x["engine"], x["server"], x["throughput_median"], x.get("throughput_spread_pct"),
+                          None if ci is None or math.isnan(ci) else float(ci))  # fmt: skip
+
+    a_rows: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in ok:
+        if r["engine"] == a_name:
+            a_rows.setdefault(key(r), []).append(r)
     out = []
-    for r in sorted((r for r in ok if r["engine"] == b_name), key=key):
-        a = a_rows.get(key(r))
-        if not a:
-            continue
-        side = lambda x: EngineSide(x["engine"], x["server"], x["throughput_median"], x.get("throughput_spread_pct"))  # noqa: E731
-        ratio = RatioSpan.of(ratio_span(r, a)) or RatioSpan(float("nan"), float("nan"), float("nan"))
-        out.append(EngineComparison(key(r)[0], key(r)[1] or None, r["condition"], r["burst"], side(a), side(r), ratio))
+    for r in sorted((r for r in ok if r["engine"] == b_name), key=lambda r: (key(r), r["server"])):
+        for a in sorted(a_rows.get(key(r), []), key=lambda x: x["server"]):
+            ratio = RatioSpan.of(ratio_span(r, a)) or RatioSpan(float("nan"), float("nan"), float("nan"))
+            out.append(EngineComparison(key(r)[0], key(r)[1] or None, r["condition"], r["burst"], side(a), side(r),
+                                        ratio, key(r)[2] or None))  # fmt: skip
     return out
 
 
