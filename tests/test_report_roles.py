@@ -283,8 +283,8 @@ def test_the_engine_comparison_counts_rows_of_servers_on_different_machines():
     facts = [{**f, "boot_id": f.get("boot_id") or "a"} for f in facts]
     (eng,) = [f for f in findings(summary["rows"], [], [row], [], facts, [], config=DEFAULT) if f["key"] == "engines"]
     assert eng["answer"] == (
-        "1 of 1 paired rows differ beyond the spread; median ratio -5.0%; 1 of 1 compare servers that ran on "
-        "different machines, which no interval here covers"
+        "1 of 1 rows (servers of one setting on each engine, not paired) differ beyond the spread; median ratio "
+        "-5.0%; 1 of 1 compare servers that ran on different machines, which no interval here covers"
     )
 
 

@@ -739,7 +739,8 @@ def findings(
         diffs = [c for c in comparison if _beyond(c["ratio_lo_pct"], c["ratio_hi_pct"])]
         c0 = comparison[0]
         med = statistics.median(c["ratio_pct"] for c in comparison)
-        a = f"{len(diffs)} of {len(comparison)} paired rows differ beyond the spread; median ratio {med:+.1f}%"
+        a = (f"{len(diffs)} of {len(comparison)} rows (servers of one setting on each engine, not paired) differ "
+             f"beyond the spread; median ratio {med:+.1f}%")  # fmt: skip
         apart = [c for c in comparison if other_machines(boots.get(c["a_server"]), boots.get(c["b_server"]))]
         if apart:
             a += (f"; {len(apart)} of {len(comparison)} compare servers that ran on different machines, which no "
