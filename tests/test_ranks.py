@@ -55,6 +55,7 @@ def test_cost_per_rank_and_headroom():
     assert rank_rows([_row("s", "base", 1, 0, 8), _row("s", "r8", 1, 0, 8)], ADAPTERS, "base") == {
         "cost": [],
         "headroom": [],
+        "union": [],
     }
 
 
@@ -81,3 +82,17 @@ def test_each_engine_has_its_own_rank_claim():
     assert got["op-rank-changes-cost"].verdict == "contradicted"  # 900 against 850: faster
     assert got["op-rank-changes-cost-sglang"].evidence == ["sg-rank64/r64/8", "sg-rank64/r8/8"]
     assert got["op-rank-changes-cost-sglang"].verdict == "reproduced"  # 700 against 850
+
+
+def test_a_server_whose_lora_layers_cover_its_adapters_union_is_named_with_that_union():
+    """On an engine whose LoRA layers cover the union of the served adapters' targets (SGLang), a server measuring
+    adapters of different targets is listed with the union; one of a single kind of target, or another engine's
+    server, is not."""
+    adapters = [*ADAPTERS, {"name": "r8-all", "rank": 8, "target_modules": ["q_proj", "v_proj", "down_proj", "up_proj"],
+                            "trainable_parameters": 300}]  # fmt: skip
+    rows = [*_rows(700), _row("rank64", "r8-all", 800, 5, 64), _row("rank8", "r8-all", 880, 5, 8)]
+    rows += [{**r, "server": "sg-" + r["server"], "engine": "sglang"} for r in rows]
+    rows.append({**_row("sg-qv", "r8", 900, 5, 8), "engine": "sglang"})
+    got = rank_rows(rows, adapters, "base", ["sglang"])["union"]
+    assert got == [{"servers": ["sg-rank64", "sg-rank8"], "targets": "q,v,up,down"}]
+    assert rank_rows(rows, adapters, "base")["union"] == []

@@ -8,7 +8,7 @@ import logging
 import math
 import shutil
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ import yaml
 from . import plots, provenance, stats
 from .claims import claim_engines, finding_links
 from .config import schema_default
+from .engines import get_engine
 from .io import read_json
 from .job import server_job
 from .loadgen.traffic import workload_of
@@ -237,7 +238,7 @@ def build(inputs: ReportInputs, out_dir: Path, checkout: Path, hardware_path: st
             "queue_fig": queue_fig.name if queue_fig else None,
             "many_rows": many_rows,
             "many_fig": many_fig.name if many_fig else None,
-            "ranks": rank_rows(rows, adapters, base),
+            "ranks": rank_rows(rows, adapters, base, _union_engines(config)),
         },
         engines={"engine_comparison": _engine_rows(summary)},
         capacity={"capacity": _capacity_section(inputs, out_dir)},
@@ -291,12 +292,17 @@ def _config_measurement(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def rank_rows(
-    rows: list[dict[str, Any]], adapters: list[dict[str, Any]], base_condition: str | None
+    rows: list[dict[str, Any]],
+    adapters: list[dict[str, Any]],
+    base_condition: str | None,
+    union_engines: Iterable[str] = (),
 ) -> dict[str, list[dict[str, Any]]]:
     """Cost per rank and targets: each one-adapter condition against the same server's ``base_condition`` (the
     base model's; roles.role_conditions), and the cost of rank headroom: the same condition on servers of one
     engine started with different max_lora_rank (the larger over the smaller). Empty unless the study varies
-    rank, targets or max_lora_rank."""
+    rank, targets or max_lora_rank. ``union``: the servers of ``union_engines`` (engine ids whose LoRA layers
+    cover the union of the served adapters' targets, ``Engine.lora_layers_union``) whose measured adapters differ
+    in their targets, grouped by that union: there an adapter's targets are not what its requests run over."""
     man = {a["name"]: a for a in adapters}
     ok = [r for r in rows if r.get("status") == "ok" and r.get("throughput_median") and r.get("lora")]
     single = [r for r in ok if len(r.get("adapters", "").split("|")) == 1 and r.get("adapters") in man]
@@ -305,7 +311,7 @@ def rank_rows(
         e for e in {r["engine"] for r in ok} if len({r.get("max_lora_rank") for r in ok if r["engine"] == e}) > 1
     }
     if len(kinds) < 2 and not headroom_engines:
-        return {"cost": [], "headroom": []}
+        return {"cost": [], "headroom": [], "union": []}
     cost = []
     for r in single:
         base = next(
@@ -354,7 +360,22 @@ def rank_rows(
                 }
             )
     cost.sort(key=lambda r: (r["server"], r["burst"], r["rank"], r["targets"]))
-    return {"cost": cost, "headroom": headroom}
+    by_union: dict[str, list[str]] = {}
+    unions = set(union_engines)
+    for server in sorted({r["server"] for r in single if r["engine"] in unions}):
+        sets = {tuple(man[r["adapters"]]["target_modules"]) for r in single if r["server"] == server}
+        if len(sets) > 1:
+            every = sorted({m for s in sets for m in s}, key=_module_order)
+            by_union.setdefault(",".join(m.removesuffix("_proj") for m in every), []).append(server)
+    union = [{"servers": servers, "targets": targets} for targets, servers in sorted(by_union.items())]
+    return {"cost": cost, "headroom": headroom, "union": union}
+
+
+_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def _module_order(m: str) -> tuple[int, str]:
+    return (_MODULES.index(m) if m in _MODULES else len(_MODULES), m)
 
 
 POPULARITY = ("uniform", "distinct", "zipf")
@@ -453,6 +474,18 @@ def _finding(
     else:
         verdict = f"a difference beyond our spread at burst {', '.join(beyond)}, within it elsewhere"
     return {"key": key, "engine": engine, "question": question, "answer": f"{what}: {'; '.join(parts)} ({verdict})"}
+
+
+def _union_engines(config: dict[str, Any]) -> list[str]:
+    """The config's engine ids whose LoRA layers cover the union of the served adapters' targets."""
+    out = []
+    for eid, e in (config.get("engines") or {}).items():
+        try:
+            if get_engine(str((e or {}).get("kind") or eid)).lora_layers_union:
+                out.append(eid)
+        except (KeyError, ValueError):
+            continue
+    return out
 
 
 def _engine_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:

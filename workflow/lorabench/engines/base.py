@@ -147,6 +147,10 @@ class Engine(ABC):
     cached_tokens_args: ClassVar[dict[str, Any]] = {}
     # The server flag (as ``args``) that sets the longest prompt plus output a request may have; None: the model's.
     context_arg: ClassVar[str | None] = None
+    # Whether a LoRA server builds its LoRA layers for the union of the served adapters' target modules (where the
+    # config names none), so that every adapter request runs over each module any served adapter targets: an
+    # adapter's own targets then do not say what it costs on that server (the report says so beside its rank table).
+    lora_layers_union: ClassVar[bool] = False
 
     @abstractmethod
     def command(self, spec: ServerSpec, host: str, port: int) -> list[str]:

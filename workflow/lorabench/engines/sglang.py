@@ -19,6 +19,9 @@ class SGLang(Engine):
     name = "sglang"
     default_max_loras = 8  # --max-loras-per-batch
     base_takes_slot = True  # a base-model request in a LoRA batch: h200-8b's a/b/base on 2 slots ran in 2 rounds
+    # --lora-target-modules left unset: "inferred from the adapters provided in --lora-paths" as their union
+    # (ServerArgs; SGLang's LoRA documentation). rank-sweep-h100: q/k/v/o and all-linear adapters cost the same there.
+    lora_layers_union = True
     ready_path = "/v1/models"
     server_markers = ("sglang.launch_server",)
     # the scheduler process's event loop polls for requests unless started with --sleep-on-idle (server_args
