@@ -53,19 +53,18 @@ def test_cancelling_the_caller_during_stop_is_not_swallowed():
     assert plain == []
 
 
-def test_the_load_tests_client_polls_metrics_while_its_largest_burst_is_in_flight():
-    """Loan 13: the client's pool was exactly as large as the largest burst, so a poll taken while a burst was in
-    flight waited for its first request to finish; a one-round burst of 48 got two polls, at 0.00 and 0.07 s. A
-    server here stands in for any engine: requests that take 0.6 s, a /metrics that answers at once."""
+def _polled(connections: int, interval_s: float, request_s: float, requests: int = 4) -> list[float]:
+    """When a sampler polled (seconds after its start) while ``requests`` requests of ``request_s`` each were in
+    flight, on a client of ``connections``. A server here stands in for any engine: its /metrics answers at once."""
 
     async def slow(_: web.Request) -> web.Response:
-        await asyncio.sleep(0.6)
+        await asyncio.sleep(request_s)
         return web.json_response({})
 
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(text="vllm:num_requests_running 4\n")
 
-    async def main(connections: int) -> list[float]:
+    async def main() -> list[float]:
         app = web.Application()
         app.router.add_post("/v1/completions", slow)
         app.router.add_get("/metrics", metrics)
@@ -82,18 +81,33 @@ def test_the_load_tests_client_polls_metrics_while_its_largest_burst_is_in_fligh
                     async with http.post(url + "/v1/completions", json={}) as r:
                         await r.read()
 
-                sampler = MetricsSampler(http, url + "/metrics", ("vllm:",), 0.05)
+                sampler = MetricsSampler(http, url + "/metrics", ("vllm:",), interval_s)
                 t0 = time.time()
                 sampler.start()
-                await asyncio.gather(*(one() for _ in range(4)))
+                await asyncio.gather(*(one() for _ in range(requests)))
                 return [s["t"] - t0 for s in await sampler.stop()]
         finally:
             await runner.cleanup()
 
+    return asyncio.run(main())
+
+
+def test_the_load_tests_client_polls_metrics_while_its_largest_burst_is_in_flight():
+    """Loan 13: the client's pool was exactly as large as the largest burst, so a poll taken while a burst was in
+    flight waited for its first request to finish; a one-round burst of 48 got two polls, at 0.00 and 0.07 s."""
     job = SimpleNamespace(bursts=[2, 4])
-    polled = asyncio.run(main(client_connections(job)))  # type: ignore[arg-type]
+    polled = _polled(client_connections(job), 0.05, 0.6)  # type: ignore[arg-type]
     in_flight = [t for t in polled if 0.1 < t < 0.5]
     assert len(in_flight) >= 3, polled
     # a pool as large as the burst alone: the polls wait for the burst
-    held = asyncio.run(main(4))
+    held = _polled(4, 0.05, 0.6)
     assert not [t for t in held if 0.1 < t < 0.5], held
+
+
+def test_a_burst_shorter_than_the_interval_is_still_polled_in_flight():
+    """A fresh clone at a fast hour: slot-queues-cpu's bursts took 0.24 s against polls every 0.25 s, and the one
+    poll of each burst came at its start, before any request ran (12 of 14 cells with none in flight). The first
+    poll now comes half an interval in."""
+    polled = _polled(5, 0.25, 0.3)
+    assert polled and all(t >= 0.1 for t in polled), polled
+    assert [t for t in polled if t < 0.3], polled  # one while the requests run
