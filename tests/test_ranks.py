@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lorabench.claims import Context, evaluate, load_claims
-from lorabench.report_model import rank_rows
+from lorabench.report_model import _union_engines, rank_rows
 
 from .conftest import ROOT
 
@@ -96,3 +96,10 @@ def test_a_server_whose_lora_layers_cover_its_adapters_union_is_named_with_that_
     got = rank_rows(rows, adapters, "base", ["sglang"])["union"]
     assert got == [{"servers": ["sg-rank64", "sg-rank8"], "targets": "q,v,up,down"}]
     assert rank_rows(rows, adapters, "base")["union"] == []
+
+
+def test_the_engines_whose_lora_layers_cover_the_union_are_read_from_the_rows_kinds():
+    """Rows name an engine by its kind (the default config's SGLang is engine id "sglang-gpu", its rows "sglang"):
+    the union note follows the kind, so it holds for any engine id."""
+    rows = [{**_row("s", "r8", 900, 5, 8), "engine": "sglang"}, _row("v", "r8", 900, 5, 8)]
+    assert _union_engines(rows) == ["sglang"]

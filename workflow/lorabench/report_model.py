@@ -238,7 +238,7 @@ def build(inputs: ReportInputs, out_dir: Path, checkout: Path, hardware_path: st
             "queue_fig": queue_fig.name if queue_fig else None,
             "many_rows": many_rows,
             "many_fig": many_fig.name if many_fig else None,
-            "ranks": rank_rows(rows, adapters, base, _union_engines(config)),
+            "ranks": rank_rows(rows, adapters, base, _union_engines(rows)),
         },
         engines={"engine_comparison": _engine_rows(summary)},
         capacity={"capacity": _capacity_section(inputs, out_dir)},
@@ -476,22 +476,21 @@ def _finding(
     return {"key": key, "engine": engine, "question": question, "answer": f"{what}: {'; '.join(parts)} ({verdict})"}
 
 
-def _union_engines(config: dict[str, Any]) -> list[str]:
-    """The config's engine ids whose LoRA layers cover the union of the served adapters' targets."""
-    out = []
-    for eid, e in (config.get("engines") or {}).items():
-        try:
-            if get_engine(str((e or {}).get("kind") or eid)).lora_layers_union:
-                out.append(eid)
-        except (KeyError, ValueError):
-            continue
-    return out
+def _union_engines(rows: list[dict[str, Any]]) -> list[str]:
+    """The engines of ``rows`` (their kinds, as the rows name them, not the config's engine ids) whose LoRA layers
+    cover the union of the served adapters' targets."""
+    return sorted({r["engine"] for r in rows if get_engine(r["engine"]).lora_layers_union})
+
+
+def _boot_ids(facts: list[dict[str, Any]] | None) -> dict[str, str]:
+    """Server -> the boot id its job recorded (jobs that recorded none left out)."""
+    return {f["server"]: str(f["boot_id"]) for f in facts or [] if f.get("boot_id")}
 
 
 def _engine_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The engine comparison's rows, each with ``apart``: whether its two servers ran on different machines (their
     recorded boot ids differ), which the span does not cover."""
-    boots = {f["server"]: str(f["boot_id"]) for f in summary.get("facts") or [] if f.get("boot_id")}
+    boots = _boot_ids(summary.get("facts"))
     return [{**c, "apart": other_machines(boots.get(c["a_server"]), boots.get(c["b_server"]))}
             for c in summary.get("engine_comparison") or []]  # fmt: skip
 
@@ -729,7 +728,7 @@ def findings(
         found.append({"key": "bound", "question": "do these figures measure the engine?", "answer": _bound_answer(ok)})
     picks = role_conditions(config) if config else {}
     base, one, over = picks.get("base"), picks.get("one-adapter"), picks.get("over-slots")
-    boots: dict[str, str] = {f["server"]: str(f["boot_id"]) for f in facts or [] if f.get("boot_id")}
+    boots = _boot_ids(facts)
     for engine in sorted({r["engine"] for r in ok}):
         eng = [r for r in ok if r["engine"] == engine]
         bursts = sorted({r["burst"] for r in eng})
