@@ -8,7 +8,7 @@ import subprocess
 import time
 
 from .conftest import ROOT
-from .test_pipeline_e2e import processes_naming
+from .test_pipeline_e2e import processes_naming, wait_gone
 
 SCRIPT = ROOT / "dev/engine_stretch.sh"
 
@@ -158,8 +158,5 @@ def test_a_run_queued_before_its_prepare_began_is_queued_all_the_same(tmp_path):
     while not processes_naming(str(es2)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert processes_naming(str(es2)), "the queue's process was not found"
-    deadline = time.monotonic() + 30
-    while processes_naming(str(es2)) and time.monotonic() < deadline:
-        time.sleep(1)
-    assert not processes_naming(str(es2))
+    assert wait_gone(str(es2), 30, processes_naming) == []
     assert not (es2 / "driver.pid").exists()

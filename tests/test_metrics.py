@@ -106,7 +106,7 @@ def test_the_load_tests_client_polls_metrics_while_its_largest_burst_is_in_fligh
 
 def test_a_burst_shorter_than_the_interval_is_still_polled_in_flight():
     """A fresh clone at a fast hour: slot-queues-cpu's bursts took 0.24 s against polls every 0.25 s, and the one
-    poll of each burst came at its start, before any request ran (12 of 14 cells with none in flight). The first
+    poll of each burst came at its start, before any request ran (5 of its 6 cells with none in flight). The first
     poll now comes half an interval in."""
     polled = _polled(5, 0.25, 0.3)
     assert polled and all(t >= 0.1 for t in polled), polled

@@ -10,6 +10,8 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -109,6 +111,17 @@ def processes_naming(marker: str) -> list[str]:
 def server_processes(marker: str) -> list[str]:
     """Command lines of live engine servers that mention ``marker`` (the study folder)."""
     return [cmd for cmd in processes_naming(marker) if any(m in cmd for m in all_server_markers())]
+
+
+def wait_gone(marker: str, timeout: float = 60, find: Callable[[str], list[str]] = server_processes) -> list[str]:
+    """What ``find`` (engine servers, by default) still lists for ``marker`` once it lists nothing or ``timeout``
+    seconds have passed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not find(marker):
+            return []
+        time.sleep(0.5)
+    return find(marker)
 
 
 def test_report_has_every_row_measured(study: Path):

@@ -19,7 +19,7 @@ import yaml
 from lorabench.io import read_json
 
 from .conftest import EAGER, ROOT, seed_inputs
-from .test_pipeline_e2e import ENV_ROOT, SNAKEMAKE, copy_repo, server_processes
+from .test_pipeline_e2e import ENV_ROOT, SNAKEMAKE, copy_repo, server_processes, wait_gone
 
 pytestmark = pytest.mark.slow
 DEFAULT = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
@@ -55,16 +55,6 @@ def facts(*servers: str) -> list[str]:
 
 def run(work: Path, *args: str, **kw) -> subprocess.CompletedProcess[str]:
     return subprocess.run([SNAKEMAKE, "--cores", "1", *args], cwd=work, capture_output=True, text=True, **kw)
-
-
-def wait_gone(marker: str, timeout: float = 60) -> list[str]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        left = server_processes(marker)
-        if not left:
-            return []
-        time.sleep(0.5)
-    return server_processes(marker)
 
 
 def wait_for(path: Path | list[Path], text: str, proc: subprocess.Popen, timeout: float = 300) -> Path:
