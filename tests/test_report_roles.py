@@ -302,3 +302,6 @@ def test_the_engine_comparison_table_names_its_servers_and_marks_rows_of_two_mac
     assert 'sglang-rank8, vllm-rank8 <span class="muted">(two machines)</span>' in html
     assert "1,288 (0.5)" in html and "1,801 (1.9)" in html  # each side's 95 % interval, not its spread
     assert "(two machines)" not in section.render(engine_comparison=[together], facts=[])
+    # a LoRA-off pair has no max_lora_rank (EngineComparison.to_json leaves it out): a dash, not an error
+    off = {k: v for k, v in together.items() if k != "max_lora_rank"} | {"lora": False, "condition": "base"}
+    assert "<td>off</td><td>1</td><td>-</td>" in section.render(engine_comparison=[off], facts=[])
