@@ -213,11 +213,13 @@ print(' '.join('results/adapters/%s.json' % a for a in load_file('$cfg')['adapte
       [ -d "$d" ] && tar -czf "$out/.packing.tgz" -C "$(dirname "$d")" "$(basename "$d")" \
         && mv "$out/.packing.tgz" "$out/$(basename "$(dirname "$d")")-$(basename "$d").tgz"
     done
-    (cd "$W" && tar -czf "$out/meta.tgz" results/envs results/model/manifest.json results/adapters/*.json results/workload logs 2>/dev/null)
-    cp "$S/machine.txt" "$S/steps.log" "$out/" 2>/dev/null
     # what the engines compiled and cached on this machine (a fresh machine starts SGLang in 120-161 s, a warm one in
     # 68-75 s): where it lies and how big, for carrying a warm cache to the next loan
-    du -sh ~/.cache/* ~/.triton /tmp/torchinductor_* 2>/dev/null | sort -h > "$out/caches.txt"
+    du -sh ~/.cache/* ~/.triton /tmp/torchinductor_* 2>/dev/null | sort -h > "$S/caches.txt"
+    # the records, the machine, the steps and the caches in one archive beside the jobs': a call brings back at most
+    # 8 files, and a waitall of two runs with a job each came to 10 with them apart (loan 14 fetched one run again)
+    (cd "$W" && tar -czf "$out/meta.tgz" results/envs results/model/manifest.json results/adapters/*.json results/workload logs \
+      -C "$S" machine.txt steps.log caches.txt 2>/dev/null)
     ls -la "$out"
     ;;
   *) echo "usage: $0 prepare CONFIG | start CONFIG ENGINE | after DIR CONFIG ENGINE | status | wait[job] SECONDS [OUTDIR] | waitall SECONDS OUTDIR ES... | pack OUTDIR"; exit 2 ;;

@@ -11,10 +11,11 @@ of machine time runs each server job once.
                                                             measurement settings and server flags
   python dev/study_results.py take POLL_DIR STUDY_DIR LOAN  what one loan brought back (a poll's folder as
                                                             engine_stretch.sh pack fills it: KIND-NAME.tgz per
-                                                            finished job, meta.tgz, machine.txt) into STUDY_DIR:
-                                                            each job under KIND/NAME (replacing one taken before),
-                                                            the engine, model and adapter records and the jobs'
-                                                            logs from meta.tgz, machine.txt as machine-loanLOAN.txt
+                                                            finished job, meta.tgz) into STUDY_DIR: each job under
+                                                            KIND/NAME (replacing one taken before), the engine,
+                                                            model and adapter records and the jobs' logs from
+                                                            meta.tgz, its machine.txt (or the poll's, from loans
+                                                            before 14) as machine-loanLOAN.txt
 
 A job counts as finished when every output exists and its facts say ``status: ok``. Restored outputs have no
 Snakemake metadata, so a run with ``--rerun-triggers params input code software-env`` (no mtime) keeps them;
@@ -145,6 +146,8 @@ def take(poll: Path, study: Path, loan: str) -> list[str]:
                 if not m.isfile():
                     continue
                 to = m.name if m.name in logs else None
+                if m.name == "machine.txt":  # packed into meta.tgz since loan 14; a poll's own file wins below
+                    to = f"machine-loan{loan}.txt"
                 for inside, under in META.items():
                     if m.name.startswith(inside):
                         to = under + m.name[len(inside) :]

@@ -144,10 +144,10 @@ def test_take_puts_a_loans_jobs_records_and_machine_into_the_study(tmp_path: Pat
     for rel, text in files.items():
         (work / rel).parent.mkdir(parents=True, exist_ok=True)
         (work / rel).write_text(text)
-    with tarfile.open(poll / "meta.tgz", "w:gz") as tar:
-        for top in ("results", "logs"):
+    (work / "machine.txt").write_text("boot_id abc\n")
+    with tarfile.open(poll / "meta.tgz", "w:gz") as tar:  # as pack writes it since loan 14: the machine inside
+        for top in ("results", "logs", "machine.txt"):
             tar.add(work / top, arcname=top)
-    (poll / "machine.txt").write_text("boot_id abc\n")
     (study / "servers" / "lora-2").mkdir(parents=True)
     (study / "servers" / "lora-2" / "stale.txt").write_text("from an earlier poll")
 
