@@ -100,6 +100,8 @@ case "${1:-}" in
     else adapters=$(cd "$W" && python3 -c "from lorabench.config import load_file
 print(' '.join('results/adapters/%s.json' % a for a in load_file('$cfg')['adapters']))") || exit 6
     fi
+    # what pack brings back of the adapters: this config's, not a seeded study's others (loan 14 took 128 of them)
+    echo "$adapters" > "$S/adapters.txt"
     # the inputs are CPU jobs: every core of the host (many adapters build side by side, not one after another)
     CORES=$(nproc) smk "$cfg" results/model/manifest.json results/workload/requests.json $adapters > "$S/prepare.log" 2>&1 \
       || { step FAILED prepare; grep -E "Error|error" "$S/prepare.log" | tail -5 | cut -c1-200; exit 6; }
@@ -218,7 +220,9 @@ print(' '.join('results/adapters/%s.json' % a for a in load_file('$cfg')['adapte
     du -sh ~/.cache/* ~/.triton /tmp/torchinductor_* 2>/dev/null | sort -h > "$S/caches.txt"
     # the records, the machine, the steps and the caches in one archive beside the jobs': a call brings back at most
     # 8 files, and a waitall of two runs with a job each came to 10 with them apart (loan 14 fetched one run again)
-    (cd "$W" && tar -czf "$out/meta.tgz" results/envs results/model/manifest.json results/adapters/*.json results/workload logs \
+    adapters=$(cat "$S/adapters.txt" 2>/dev/null) || adapters='results/adapters/*.json'
+    # shellcheck disable=SC2086  # a list of paths, or the pattern
+    (cd "$W" && tar -czf "$out/meta.tgz" results/envs results/model/manifest.json $adapters results/workload logs \
       -C "$S" machine.txt steps.log caches.txt 2>/dev/null)
     ls -la "$out"
     ;;

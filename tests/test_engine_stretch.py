@@ -160,3 +160,24 @@ def test_a_run_queued_before_its_prepare_began_is_queued_all_the_same(tmp_path):
     assert processes_naming(str(es2)), "the queue's process was not found"
     assert wait_gone(str(es2), 30, processes_naming) == []
     assert not (es2 / "driver.pid").exists()
+
+
+def test_pack_brings_the_configs_adapters_and_the_loans_records_in_one_archive(tmp_path):
+    # loan 14: a call brings back at most 8 files, and two runs' machine.txt, steps.log and caches.txt beside their
+    # archives came to 10; and a run seeded from another study's inputs (SEED_FROM) packed that study's 128 adapters
+    import tarfile
+
+    es, out = tmp_path / "es", tmp_path / "out"
+    for rel in ("results/adapters/r8.json", "results/adapters/m-000.json", "results/envs/vllm.json", "logs/x.log"):
+        (es / "w" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (es / "w" / rel).write_text("{}")
+    (es / "machine.txt").write_text("boot_id b\n")
+    (es / "steps.log").write_text("STEP prepare a.yaml 12:24:58\nSTEP prepared 12:25:22\n")
+    (es / "adapters.txt").write_text("results/adapters/r8.json\n")  # as prepare writes it from the config
+    out.mkdir()
+    proc, _ = script("pack", out, ES=str(es))
+    assert sorted(p.name for p in out.iterdir()) == ["meta.tgz"], proc.stdout + proc.stderr
+    with tarfile.open(out / "meta.tgz") as tar:
+        names = set(tar.getnames())
+    assert {"machine.txt", "steps.log", "caches.txt", "results/adapters/r8.json", "results/envs/vllm.json"} <= names
+    assert "results/adapters/m-000.json" not in names
