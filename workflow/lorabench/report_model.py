@@ -300,9 +300,10 @@ def rank_rows(
     """Cost per rank and targets: each one-adapter condition against the same server's ``base_condition`` (the
     base model's; roles.role_conditions), and the cost of rank headroom: the same condition on servers of one
     engine started with different max_lora_rank (the larger over the smaller). Empty unless the study varies
-    rank, targets or max_lora_rank. ``union``: the servers of ``union_engines`` (engine ids whose LoRA layers
-    cover the union of the served adapters' targets, ``Engine.lora_layers_union``) whose measured adapters differ
-    in their targets, grouped by that union: there an adapter's targets are not what its requests run over."""
+    rank, targets or max_lora_rank. ``union``: the servers of ``union_engines`` (engine kinds, as rows name them,
+    whose LoRA layers cover the union of the served adapters' targets: ``_union_engines``) whose measured adapters
+    differ in their targets, grouped by that union: there an adapter's targets are not what its requests run
+    over."""
     man = {a["name"]: a for a in adapters}
     ok = [r for r in rows if r.get("status") == "ok" and r.get("throughput_median") and r.get("lora")]
     single = [r for r in ok if len(r.get("adapters", "").split("|")) == 1 and r.get("adapters") in man]
