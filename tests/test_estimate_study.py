@@ -127,8 +127,28 @@ def test_studies_of_another_model_are_left_out_where_some_measured_this_one():
     )
     # with no study of this model, every one counts and the note says to take the high figure
     other = estimate("config/studies/rank-sweep.yaml", "--from", "studies/h200-1.7b", "--engines", "vllm")
-    assert "times sglang, vllm (no study of this model did): take the high figure" in other.stdout
+    assert (
+        "times sglang with LoRA off, sglang with LoRA, vllm with LoRA off, vllm with LoRA "
+        "(no study of this model did): take the high figure" in other.stdout
+    ), other.stdout
     assert "timings from studies/h200-1.7b" in other.stdout
+
+
+def test_a_lora_server_is_timed_from_lora_servers_before_its_models_lora_off_one():
+    # SGLang's 32-slot server of the Llama-2-7B shape, timed from that shape's LoRA-off job alone, was put at 7.9-8.0
+    # minutes; in loan 15 (an H100) it was ready after 127 s and warmed up after 115 s more, and its tenth cycle of
+    # 30 cells ended 12.5 minutes after the job began (cycles of about 50 s). The Qwen3-8B shape's LoRA servers time
+    # it; the 7B's LoRA-off job still times the 7B's LoRA-off server.
+    proc = estimate("config/studies/llama2-7b-rank16.yaml", "--from", "studies/llama2-7b-rank16-h100",
+                    "studies/rank-sweep-h100", "--engines", "sglang")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lo, hi = minutes(proc.stdout, "sglang-lora-32")
+    assert hi > 12.5 and lo < 12.5 * 1.2, proc.stdout
+    assert "times sglang with LoRA (no study of this model did)" in proc.stdout
+    own = estimate("config/studies/llama2-7b-rank16.yaml", "--from", "studies/llama2-7b-rank16-h100", "--engines",
+                   "sglang")  # fmt: skip
+    assert minutes(own.stdout, "sglang-lora-off") == minutes(proc.stdout, "sglang-lora-off"), own.stdout
+    assert minutes(own.stdout, "sglang-lora-32")[1] < 12.5  # the LoRA-off job alone: too hopeful
 
 
 def test_a_burst_that_waits_for_slots_is_timed_by_its_rounds(tmp_path):

@@ -223,9 +223,16 @@ def _records_span_s(path: Path) -> float | None:
     return max(ends) - min(starts) if starts else None
 
 
-def calibrate(study_dirs: list[Path]) -> dict[str, Timings]:
-    """Per engine kind, the timings of the finished jobs saved under the study folders."""
-    out: dict[str, Timings] = {}
+# Timings are kept per engine kind and LoRA on or off: a LoRA server starts later (its adapters loaded at start) and
+# its bursts, base requests' included, run slower than with LoRA off. SGLang's 32-slot server of the Llama-2-7B shape
+# was put at 7.9-8.0 minutes from the LoRA-off job of that shape alone; in loan 15 it was ready after 127 s (55 s
+# with LoRA off) and its cycles took 50 s, not 37.
+Key = tuple[str, bool]
+
+
+def calibrate(study_dirs: list[Path]) -> dict[Key, Timings]:
+    """Per engine kind and LoRA on or off, the timings of the finished jobs saved under the study folders."""
+    out: dict[Key, Timings] = {}
     for sdir in study_dirs:
         for facts_path in sorted(sdir.glob("servers/*/facts.json")):
             facts = read_json(facts_path)
@@ -246,7 +253,7 @@ def calibrate(study_dirs: list[Path]) -> dict[str, Timings]:
                 if cfg.get("lora")
                 else {}
             )
-            t = out.setdefault(facts["engine"], Timings())
+            t = out.setdefault((facts["engine"], bool(cfg.get("lora"))), Timings())
             t.starts.extend(facts.get("readiness_starts_s") or [facts["readiness_s"]])
             t.warmup_per_cell.append(timing.get("warmup_s", 0.0) / max(1, len(warm)))
             t.between_bursts.append((timing.get("between_s", 0.0) + timing.get("probes_s", 0.0)) / n_bursts)
@@ -264,7 +271,7 @@ def calibrate(study_dirs: list[Path]) -> dict[str, Timings]:
         for path in sorted(sdir.glob("rate_sweep/*/facts.json")):
             facts = read_json(path)
             if facts.get("status") == "ok":
-                t = out.setdefault(facts["engine"], Timings())
+                t = out.setdefault((facts["engine"], bool((facts.get("config") or {}).get("lora", True))), Timings())
                 t.starts.extend(facts.get("readiness_starts_s") or [facts["readiness_s"]])
                 t.stops.append((facts.get("timing") or {}).get("stop_s", STOP_S))
         for kind, name in (("runtime_load", "load.json"), ("prefix_cache", "prefix.json")):
@@ -272,7 +279,7 @@ def calibrate(study_dirs: list[Path]) -> dict[str, Timings]:
                 res = read_json(path)
                 if res.get("status") != "ok":
                     continue
-                t = out.setdefault(res["engine"], Timings())
+                t = out.setdefault((res["engine"], True), Timings())  # adapters loaded or sent: a LoRA server
                 if res.get("readiness_s"):
                     t.starts.append(res["readiness_s"])
                 span = _records_span_s(path.parent / "records.jsonl")
@@ -281,9 +288,10 @@ def calibrate(study_dirs: list[Path]) -> dict[str, Timings]:
     return out
 
 
-def merged(parts: Iterable[dict[str, Timings]]) -> dict[str, Timings]:
-    """Per engine, the timings of several studies together (as ``calibrate`` of all their folders at once)."""
-    out: dict[str, Timings] = {}
+def merged(parts: Iterable[dict[Key, Timings]]) -> dict[Key, Timings]:
+    """Per engine and LoRA setting, the timings of several studies together (as ``calibrate`` of all their folders
+    at once)."""
+    out: dict[Key, Timings] = {}
     for part in parts:
         for engine, t in part.items():
             into = out.setdefault(engine, Timings())
@@ -423,7 +431,13 @@ def stretch_order(config: dict, server: str, side_rank: int) -> tuple:
     return (s["engine"] != "sglang", s["engine"], s["lora"], s.get("max_loras") or 0, server, side_rank)
 
 
-def estimate(config: dict, timings: dict[str, Timings], engines: list[str] | None, hardware: str) -> list[Estimate]:
+def timed(timings: dict[Key, Timings], job: ServerJob) -> Timings:
+    """The timings for a job: its engine's with its LoRA setting, else its engine's with the other one."""
+    engine, lora = job.server.engine, bool(job.server.lora)
+    return timings.get((engine, lora)) or timings.get((engine, not lora)) or Timings()
+
+
+def estimate(config: dict, timings: dict[Key, Timings], engines: list[str] | None, hardware: str) -> list[Estimate]:
     def wanted(server: str) -> bool:
         return engines is None or config["servers"][server]["engine"] in engines
 
@@ -432,7 +446,7 @@ def estimate(config: dict, timings: dict[str, Timings], engines: list[str] | Non
     for server in config["servers"]:
         if wanted(server):
             job = server_job(config, server, hardware)
-            est = measuring(job, timings.get(job.server.engine, Timings()), kinds, cell_costs(config, job))
+            est = measuring(job, timed(timings, job), kinds, cell_costs(config, job))
             est.target, est.order = f"results/servers/{server}/facts.json", stretch_order(config, server, 0)
             out.append(est)
     sides = (
@@ -442,7 +456,7 @@ def estimate(config: dict, timings: dict[str, Timings], engines: list[str] | Non
     for rank, label, servers, result in sides:
         for server in filter(wanted, servers):
             job = server_job(config, server, hardware, runtime=rank == 1, prefix=rank == 2)
-            est = side(job, timings.get(job.server.engine, Timings()), label)
+            est = side(job, timed(timings, job), label)
             est.target, est.order = "results/" + result.format(server), stretch_order(config, server, rank)
             out.append(est)
     mixes = rate_sweep_mixes(config)
@@ -450,7 +464,7 @@ def estimate(config: dict, timings: dict[str, Timings], engines: list[str] | Non
         st = SweepSettings.from_config(config["rate_sweep"], config["workload"]["seed"], config["request_timeout_s"])
         for server in filter(wanted, mixes):
             job = server_job(config, server, hardware)
-            est = sweeping(job, timings.get(job.server.engine, Timings()), st, len(mixes[server]))
+            est = sweeping(job, timed(timings, job), st, len(mixes[server]))
             est.target, est.order = f"results/rate_sweep/{server}/sweep.json", stretch_order(config, server, 3)
             out.append(est)
     return out
@@ -475,6 +489,10 @@ def study_architecture(study: Path) -> str | None:
     """The architecture file of the model a study measured (its model manifest), None where it kept none."""
     manifest = study / "model" / "manifest.json"
     return read_json(manifest).get("architecture_file") if manifest.exists() else None
+
+
+def label(key: Key) -> str:
+    return f"{key[0]} with LoRA" if key[1] else f"{key[0]} with LoRA off"
 
 
 def render(rows: list[Estimate], source: str) -> str:
@@ -517,8 +535,9 @@ def main(argv: list[str] | None = None) -> int:
     archs = {s: study_architecture(Path(s)) for s in args.studies}
     per_study = {s: calibrate([Path(s)]) for s in args.studies}  # each study read once
     # A study of another model times other bursts: an engine's jobs are timed from the studies of this model where
-    # some measured that engine, from all of them otherwise (a Qwen3-8B cycle was put at 14 s from the 1.7B's and
-    # 8B's jobs pooled, at 26 s from the 8B's alone; it took 35 on an H100).
+    # some measured that engine with the job's LoRA setting, from all of them otherwise (a Qwen3-8B cycle was put at
+    # 14 s from the 1.7B's and 8B's jobs pooled, at 26 s from the 8B's alone; it took 35 on an H100), and from the
+    # other setting only where no study measured this one (``timed``).
     own = merged(per_study[s] for s in args.studies if archs[s] == want)
     timings = {**merged(per_study.values()), **own}
     studies = list(args.studies)
@@ -528,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
             if not stand_in:
                 studies.remove(s)
             why = (
-                f"times {', '.join(stand_in)} (no study of this model did): take the high figure or more"
+                f"times {', '.join(map(label, stand_in))} (no study of this model did): take the high figure or more"
                 if stand_in
                 else "left out (studies of this model timed its engines)"
             )
