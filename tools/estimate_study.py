@@ -293,8 +293,8 @@ def merged(parts: Iterable[dict[Key, Timings]]) -> dict[Key, Timings]:
     at once)."""
     out: dict[Key, Timings] = {}
     for part in parts:
-        for engine, t in part.items():
-            into = out.setdefault(engine, Timings())
+        for key, t in part.items():
+            into = out.setdefault(key, Timings())
             for f in fields(Timings):
                 if f.name != "bursts":
                     getattr(into, f.name).extend(getattr(t, f.name))
@@ -491,7 +491,7 @@ def study_architecture(study: Path) -> str | None:
     return read_json(manifest).get("architecture_file") if manifest.exists() else None
 
 
-def label(key: Key) -> str:
+def key_label(key: Key) -> str:
     return f"{key[0]} with LoRA" if key[1] else f"{key[0]} with LoRA off"
 
 
@@ -547,7 +547,8 @@ def main(argv: list[str] | None = None) -> int:
             if not stand_in:
                 studies.remove(s)
             why = (
-                f"times {', '.join(map(label, stand_in))} (no study of this model did): take the high figure or more"
+                f"times {', '.join(map(key_label, stand_in))} (no study of this model did): "
+                "take the high figure or more"
                 if stand_in
                 else "left out (studies of this model timed its engines)"
             )
