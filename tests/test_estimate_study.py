@@ -136,9 +136,10 @@ def test_studies_of_another_model_are_left_out_where_some_measured_this_one():
 
 def test_a_lora_server_is_timed_from_lora_servers_before_its_models_lora_off_one():
     # SGLang's 32-slot server of the Llama-2-7B shape, timed from that shape's LoRA-off job alone, was put at 7.9-8.0
-    # minutes; in loan 15 (an H100) it was ready after 127 s and warmed up after 115 s more, and its tenth cycle of
-    # 30 cells ended 12.5 minutes after the job began (cycles of about 50 s). The Qwen3-8B shape's LoRA servers time
-    # it; the 7B's LoRA-off job still times the 7B's LoRA-off server.
+    # minutes; in loan 15 (an H100) it was ready after 127 s and warmed up after 115 s more, and its ninth cycle of
+    # 30 cells ended 11.7 minutes after the job began (cycles of about 50 s: the tenth, the last, due at about 12.5,
+    # when the device time ran out). The Qwen3-8B shape's LoRA servers time it; the 7B's LoRA-off job still times
+    # the 7B's LoRA-off server.
     proc = estimate("config/studies/llama2-7b-rank16.yaml", "--from", "studies/llama2-7b-rank16-h100",
                     "studies/rank-sweep-h100", "--engines", "sglang")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
