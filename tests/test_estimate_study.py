@@ -174,6 +174,18 @@ def test_a_burst_that_waits_for_slots_is_timed_by_its_rounds(tmp_path):
     assert cycle["many"] > 2.5 * cycle["six"], out  # 21 rounds against 6
 
 
+def test_a_warm_up_that_waits_for_slots_is_timed_per_round():
+    # vLLM's 2-slot job of many-adapters-h100 took 441.4 s (facts.json timing.total_s; its warm-up 50 s over bursts
+    # of 8 adapters and of Zipf 1.5 over 32, four and five rounds each) and the 32-slot job 588.8 s. The warm-up
+    # was timed per cell, not per round, and the estimate then multiplied it by each cell's rounds: 8.2-8.6
+    # minutes for the 2-slot job, from its own timings.
+    proc = estimate("config/studies/many-adapters.yaml", "--from", "studies/many-adapters-h100", "--engines", "vllm")
+    assert proc.returncode == 0, proc.stderr
+    for job, took in (("vllm-ml2-cache128", 441.4), ("vllm-ml32-cache128", 588.8)):
+        lo, hi = minutes(proc.stdout, job)
+        assert 0.95 * lo < took / 60 < hi, (job, lo, hi)
+
+
 def test_unset_slots_are_the_engines_own_default():
     # a LoRA server without max_loras runs with the engine's default: vLLM 1 (--max-loras), SGLang 8
     # (--max-loras-per-batch), where SGLang's base-model requests in a LoRA batch take a slot too

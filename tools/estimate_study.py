@@ -14,7 +14,8 @@ work between bursts are taken from finished jobs of the same engine under --from
 and their bursts), else stated defaults. A burst whose adapters outnumber the server's slots runs in rounds (the
 requests of the adapters that found a slot, then the next ones: ``slot_rounds`` on the burst's own draw), and a
 round with k distinct adapters takes 1 + DISTINCT_ADAPTER_COST x (k - 1) times a round of one: bursts are timed
-per round, so a 2-slot server's burst of 48 over 128 adapters (21 rounds) is timed as 21 bursts, not one. The
+per round, so a 2-slot server's burst of 48 over 128 adapters (21 rounds) is timed as 21 bursts, not one; the
+warm-up, which sends the same draws, per round too. The
 low figure takes the median start, the high one the slowest start seen (the first start on a fresh machine
 compiles kernels). A study of a bigger model or longer outputs than the
 calibrating one has longer bursts than its timings say.
@@ -255,7 +256,10 @@ def calibrate(study_dirs: list[Path]) -> dict[Key, Timings]:
             )
             t = out.setdefault((facts["engine"], bool(cfg.get("lora"))), Timings())
             t.starts.extend(facts.get("readiness_starts_s") or [facts["readiness_s"]])
-            t.warmup_per_cell.append(timing.get("warmup_s", 0.0) / max(1, len(warm)))
+            # per round, as the bursts below: the warm-up sends the measured cells' bursts, whose draws (seeded)
+            # pass the slots in as many rounds as the measured ones
+            mean_cost = sum(costs.get(r["measurement_id"], 1.0) for r in measured) / len(measured)
+            t.warmup_per_cell.append(timing.get("warmup_s", 0.0) / max(1, len(warm)) / mean_cost)
             t.between_bursts.append((timing.get("between_s", 0.0) + timing.get("probes_s", 0.0)) / n_bursts)
             for r in measured:
                 if r.get("burst_s") and r.get("n_errors") == 0:
