@@ -134,22 +134,30 @@ def test_studies_of_another_model_are_left_out_where_some_measured_this_one():
     assert "timings from studies/h200-1.7b" in other.stdout
 
 
-def test_a_lora_server_is_timed_from_lora_servers_before_its_models_lora_off_one():
+def test_a_lora_server_is_timed_from_lora_servers_before_its_models_lora_off_one(tmp_path):
     # SGLang's 32-slot server of the Llama-2-7B shape, timed from that shape's LoRA-off job alone, was put at 7.9-8.0
     # minutes; in loan 15 (an H100) it was ready after 127 s and warmed up after 115 s more, and its ninth cycle of
     # 30 cells ended 11.7 minutes after the job began (cycles of about 50 s: the tenth, the last, due at about 12.5,
     # when the device time ran out). The Qwen3-8B shape's LoRA servers time it; the 7B's LoRA-off job still times
-    # the 7B's LoRA-off server.
-    proc = estimate("config/studies/llama2-7b-rank16.yaml", "--from", "studies/llama2-7b-rank16-h100",
-                    "studies/rank-sweep-h100", "--engines", "sglang")  # fmt: skip
+    # the 7B's LoRA-off server. The study as it was then: its folder without the 32-slot job loan 17 added.
+    before = tmp_path / "llama2-7b-rank16-h100"
+    shutil.copytree(ROOT / "studies/llama2-7b-rank16-h100", before)
+    shutil.rmtree(before / "servers/sglang-lora-32")
+    proc = estimate("config/studies/llama2-7b-rank16.yaml", "--from", str(before), "studies/rank-sweep-h100",
+                    "--engines", "sglang")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     lo, hi = minutes(proc.stdout, "sglang-lora-32")
     assert hi > 12.5 and lo < 12.5 * 1.2, proc.stdout
     assert "times sglang with LoRA (no study of this model did)" in proc.stdout
-    own = estimate("config/studies/llama2-7b-rank16.yaml", "--from", "studies/llama2-7b-rank16-h100", "--engines",
-                   "sglang")  # fmt: skip
+    own = estimate("config/studies/llama2-7b-rank16.yaml", "--from", str(before), "--engines", "sglang")
     assert minutes(own.stdout, "sglang-lora-off") == minutes(proc.stdout, "sglang-lora-off"), own.stdout
     assert minutes(own.stdout, "sglang-lora-32")[1] < 12.5  # the LoRA-off job alone: too hopeful
+    # loan 17's 32-slot job (733.6 s, facts.json timing.total_s) times it from now on, and its estimate brackets it
+    now = estimate("config/studies/llama2-7b-rank16.yaml", "--from", "studies/llama2-7b-rank16-h100", "--engines",
+                   "sglang")  # fmt: skip
+    lo, hi = minutes(now.stdout, "sglang-lora-32")
+    assert lo <= 733.6 / 60 <= hi, now.stdout
+    assert "no study of this model did" not in now.stdout
 
 
 def test_a_burst_that_waits_for_slots_is_timed_by_its_rounds(tmp_path):
