@@ -79,12 +79,11 @@ def stale(facts: dict, config: dict | None) -> str:
     if saved and saved != want:
         return f"measured with {facts['measurement']}"
     cfg = facts.get("config") or {}
-    for key, want in job.facts_config().items():
+    for key, value in job.facts_config().items():
+        got = cfg.get(key)
         if key in ("bursts", "adapters"):
-            got, want = sorted(cfg.get(key) or []), sorted(want)
-        else:
-            got = cfg.get(key)
-        if got != want:
+            got, value = sorted(got or []), sorted(value)
+        if got != value:
             return f"{key} was {cfg.get(key)!r}"
     return ""
 
@@ -264,11 +263,11 @@ def calibrate(study_dirs: list[Path]) -> dict[Key, Timings]:
             for r in measured:
                 if r.get("burst_s") and r.get("n_errors") == 0:
                     n = max(1, int(r.get("n_requests") or r["burst"]))
-                    kind = request_kind(
+                    shape = request_kind(
                         float(r.get("prompt_tokens") or 0) / n, float(r.get("completion_tokens") or 0) / n
                     )
                     per_burst = r["burst_s"] / int(r.get("n_bursts") or 1)
-                    t.bursts.setdefault((int(r["burst"]), kind), []).append(
+                    t.bursts.setdefault((int(r["burst"]), shape), []).append(
                         per_burst / costs.get(r["measurement_id"], 1.0)
                     )
             t.stops.append(timing.get("stop_s", STOP_S))
@@ -302,8 +301,8 @@ def merged(parts: Iterable[dict[Key, Timings]]) -> dict[Key, Timings]:
             for f in fields(Timings):
                 if f.name != "bursts":
                     getattr(into, f.name).extend(getattr(t, f.name))
-            for key, vals in t.bursts.items():
-                into.bursts.setdefault(key, []).extend(vals)
+            for cell, vals in t.bursts.items():
+                into.bursts.setdefault(cell, []).extend(vals)
     return out
 
 

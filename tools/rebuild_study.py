@@ -250,8 +250,8 @@ def publish(cfg: dict, res: Path, built: Path, out: Path) -> None:
     # the rate sweeps' results as their jobs wrote them, the capacity tables and plots built from them
     for s in sorted(rate_sweep_mixes(cfg)):
         (out / "rate_sweep" / s).mkdir(parents=True, exist_ok=True)
-        for f in ("sweep.json", "facts.json"):
-            shutil.copy(built / "rate_sweep" / s / f, out / "rate_sweep" / s / f)
+        for name in ("sweep.json", "facts.json"):
+            shutil.copy(built / "rate_sweep" / s / name, out / "rate_sweep" / s / name)
     if rate_sweep_mixes(cfg):
         shutil.rmtree(out / "capacity", ignore_errors=True)
         shutil.copytree(built / "capacity", out / "capacity", ignore=shutil.ignore_patterns(".snakemake_timestamp"))
