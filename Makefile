@@ -38,7 +38,8 @@ lint: $(STAMP)
 	$(BIN)/snakefmt --check workflow/Snakefile workflow/rules
 	$(BIN)/python tools/snakemake_lint.py
 	$(BIN)/mypy
-	$(BIN)/mypy tools/*.py  # on their own: the tools import one another as top-level modules
+# tools/ on their own: they import one another as top-level modules
+	$(BIN)/mypy tools/*.py
 
 # The Debian packages the tests need and the study does not, each installed with apt-get (as root) if missing.
 test-deps: $(BROWSER) $(SLURM)
