@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -38,19 +39,74 @@ EAGER = {"enforce_eager": True}
 INPUTS = ("model", "adapters", "workload", "envs")
 
 
-# `make test` runs the suite on two pytest-xdist workers (-n 2 --dist loadgroup). A measuring job takes the machine's
-# one device and refuses to start beside a live engine server of any other run (lorabench/device.py), so every test
-# that starts engine servers (marked slow) or a process that looks like one (marked engine_processes) is put in one
-# xdist group: they run one after another on one worker, in file order, sharing the session's study fixtures, while
-# the other worker takes the tests that start none.
-SERVERS_GROUP = "engine-servers"
+# `make test` runs the suite on two pytest-xdist workers (-n 2 --dist loadgroup). The tests that start engine servers
+# (marked slow) or a process that looks like one (marked engine_processes) are cut in two xdist groups of about the
+# same length, each run on one worker, in file order, sharing that worker's session fixtures; the tests that start
+# none fill in beside them. Two measuring jobs of different runs refuse to share the machine's one device
+# (lorabench/device.py), so each worker has a lock directory of its own and ignores the other's servers
+# (LORABENCH_FOREIGN_SERVERS=ignore: the tests check behaviour, not figures). A test marked exclusive (the device
+# check's own test, which needs no other server alive) runs while no test of the other worker's group does
+# (``pytest_runtest_protocol``). The groups: the session's default study and the tests that read it (tests/engines/
+# test_vllm.py's first test sets it up: about 330 s here), and next to it everything built on ``built_inputs``.
+SERVERS_GROUPS = ("engine-servers-study", "engine-servers-inputs")
+STUDY_GROUP_FILES = {
+    "test_vllm.py", "test_pipeline_e2e.py", "test_faults_real.py", "test_integrity.py", "test_capacity_real.py",
+    "test_workloads_real.py",
+}  # fmt: skip
+
+
+def servers_group(item: pytest.Item) -> str | None:
+    if not (item.get_closest_marker("slow") or item.get_closest_marker("engine_processes")):
+        return None
+    return SERVERS_GROUPS[0] if item.path.name in STUDY_GROUP_FILES else SERVERS_GROUPS[1]
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.get_closest_marker("slow") or item.get_closest_marker("engine_processes"):
-            item.add_marker(pytest.mark.xdist_group(SERVERS_GROUP))
+        if item.get_closest_marker("engine_processes"):
+            item.add_marker(pytest.mark.exclusive)
+        group = servers_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _worker_locks(config: pytest.Config) -> Path | None:
+    """On an xdist worker, the lock folder of this test run (in the base temp folder its workers share)."""
+    if not hasattr(config, "workerinput"):
+        return None
+    return Path(config.option.basetemp).parent / "locks"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    locks = _worker_locks(config)
+    if locks is not None:
+        os.environ["LORABENCH_LOCK_DIR"] = str(locks / config.workerinput["workerid"])
+        os.environ["LORABENCH_FOREIGN_SERVERS"] = "ignore"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """On an xdist worker, a test of a servers group holds a shared lock on a file of this test run while it runs
+    (setup, call, teardown), and a test marked exclusive an exclusive one, taken through a turnstile so that the
+    other worker's next test waits for it rather than slipping in first."""
+    locks = _worker_locks(item.config)
+    if locks is None or servers_group(item) is None:
+        yield
+        return
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / "turnstile", "a") as turn, open(locks / "servers", "a") as rw:
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        if item.get_closest_marker("exclusive"):
+            fcntl.flock(rw, fcntl.LOCK_EX)
+            fcntl.flock(turn, fcntl.LOCK_UN)
+        else:
+            fcntl.flock(turn, fcntl.LOCK_UN)
+            fcntl.flock(rw, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(rw, fcntl.LOCK_UN)
 
 
 @pytest.fixture()

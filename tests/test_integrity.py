@@ -64,7 +64,8 @@ def test_several_devices_each_job_its_own(locks, monkeypatch):
 
 
 @pytest.mark.engine_processes
-def test_live_foreign_server_on_the_device_is_refused_naming_it(locks):
+def test_live_foreign_server_on_the_device_is_refused_naming_it(locks, monkeypatch):
+    monkeypatch.delenv(device.FOREIGN_SERVERS, raising=False)  # `make test`'s workers ignore each other's servers
     marker = get_engine("vllm").server_markers[0]
     assert marker in all_server_markers()
     if device.server_processes(all_server_markers()):
@@ -80,6 +81,29 @@ def test_live_foreign_server_on_the_device_is_refused_naming_it(locks):
         foreign.wait()
     with device.acquire("cpu", all_server_markers(), "lora-2"):
         pass
+
+
+def test_foreign_servers_ignored_only_when_asked_and_a_bad_value_named(locks, monkeypatch):
+    monkeypatch.setenv(device.FOREIGN_SERVERS, "ignore")
+    foreign = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "lbt-foreign-marker"])
+    try:
+        time.sleep(0.2)
+        with device.acquire("cpu", ("lbt-foreign-marker",), "lora-2") as lease:  # the lock is still taken
+            assert not lease.foreign_checked
+            with pytest.raises(device.DeviceBusy, match="held by another measuring job"):
+                with device.acquire("cpu", (), "lora-4"):
+                    pass
+        monkeypatch.setenv(device.FOREIGN_SERVERS, "refuse")
+        with pytest.raises(device.DeviceBusy, match=f"pid {foreign.pid}"):
+            with device.acquire("cpu", ("lbt-foreign-marker",), "lora-2"):
+                pass
+        monkeypatch.setenv(device.FOREIGN_SERVERS, "off")
+        with pytest.raises(ValueError, match="LORABENCH_FOREIGN_SERVERS='off'"):
+            with device.acquire("cpu", (), "lora-2"):
+                pass
+    finally:
+        foreign.kill()
+        foreign.wait()
 
 
 SPEC = ServerSpec(

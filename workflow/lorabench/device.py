@@ -10,6 +10,10 @@ processes). A device in use makes the job fail with an error naming the process,
 Devices: the GPUs nvidia-smi lists (or ``LORABENCH_DEVICES``, a comma-separated list of GPU indices, which also
 simulates several GPUs on a machine without them); on a CPU-only host, one device, ``cpu``. A GPU job's server
 sees only its device (``CUDA_VISIBLE_DEVICES``).
+
+``LORABENCH_FOREIGN_SERVERS=ignore`` drops the check for servers outside the job (the lock stays): for runs that
+share a machine on purpose and whose figures do not count, such as the test suite's two workers, each with a lock
+directory of its own (``LORABENCH_LOCK_DIR``). A job measured so says it in its facts (``device_check``).
 """
 
 from __future__ import annotations
@@ -107,10 +111,23 @@ def server_processes(markers: tuple[str, ...]) -> list[str]:
     return found
 
 
+FOREIGN_SERVERS = "LORABENCH_FOREIGN_SERVERS"
+
+
+def foreign_servers_checked() -> bool:
+    """Whether a job looks for servers outside it before it measures (``LORABENCH_FOREIGN_SERVERS``: ``refuse``,
+    the default, or ``ignore``)."""
+    value = os.environ.get(FOREIGN_SERVERS, "refuse")
+    if value not in ("refuse", "ignore"):
+        raise ValueError(f"{FOREIGN_SERVERS}={value!r}: expected 'refuse' (the default) or 'ignore'")
+    return value == "refuse"
+
+
 @dataclass
 class DeviceLease:
     device: str
     path: Path
+    foreign_checked: bool = True
 
     @property
     def env(self) -> dict[str, str]:
@@ -129,6 +146,7 @@ def _holder(path: Path) -> str:
 def acquire(hardware: str, markers: tuple[str, ...], job: str) -> Iterator[DeviceLease]:
     """Hold one free device for the duration of the block, or fail naming what uses the devices."""
     busy: list[str] = []
+    checked = foreign_servers_checked()
     for dev in devices(hardware):
         path = lock_dir() / f"{dev}.lock"
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
@@ -138,7 +156,7 @@ def acquire(hardware: str, markers: tuple[str, ...], job: str) -> Iterator[Devic
             os.close(fd)
             busy.append(f"device {dev}: held by another measuring job, {_holder(path)}")
             continue
-        foreign = gpu_users(dev) if dev != "cpu" else server_processes(markers)
+        foreign = [] if not checked else gpu_users(dev) if dev != "cpu" else server_processes(markers)
         if foreign:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
@@ -147,7 +165,7 @@ def acquire(hardware: str, markers: tuple[str, ...], job: str) -> Iterator[Devic
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} ({job})\n".encode())
         try:
-            yield DeviceLease(dev, path)
+            yield DeviceLease(dev, path, checked)
         finally:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)

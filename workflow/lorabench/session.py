@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 
 from . import device
-from .device import DeviceLease
+from .device import FOREIGN_SERVERS, DeviceLease
 from .engines import Engine, ServerSpec, all_server_markers, get_engine
 from .harness import CpuPlan, confine_group, pin_self, plan_cpus
 from .io import read_json
@@ -32,6 +32,8 @@ from .resources import gpu_memory, group_rss_mib, machine_facts
 from .server import ManagedServer, free_port, study_api_key, terminate_on_signals
 
 log = logging.getLogger(__name__)
+# in the facts of a job measured beside servers of other runs (device.FOREIGN_SERVERS): its figures share the machine
+IGNORED = f"servers outside the job ignored ({FOREIGN_SERVERS}=ignore)"
 
 
 def engine_server(
@@ -165,6 +167,7 @@ class ServerSession:
             "device": self.lease.device,
             "harness": {**job.harness, "cpus": self.cpus.as_dict()},
             "measurement": job.measurement_facts(),
+            **({} if self.lease.foreign_checked else {"device_check": IGNORED}),
         }
 
     @contextlib.contextmanager
