@@ -21,7 +21,8 @@ FIXTURES = ROOT / "tests" / "fixtures"
 
 # The default study's measurement, lighter for the tests (they check behaviour, not figures; `make study` runs it
 # as configured): 6 cycles exactly (the fewest with a true 95 % interval), at most 20 s of bursts per server job,
-# bursts of 4 only (its two LoRA server jobs then took 69 and 60 s instead of 97 and 97 s, on 2026-12-05).
+# bursts of 4 only (its two LoRA server jobs then took 69 and 60 s instead of 97 and 97 s, on 2026-12-05); the
+# fixture also leaves the 4-slot server out.
 LIGHTER = {
     "repetitions": "6",
     "max_repetitions": "6",
@@ -47,11 +48,12 @@ INPUTS = ("model", "adapters", "workload", "envs")
 # (LORABENCH_FOREIGN_SERVERS=ignore: the tests check behaviour, not figures). A test marked exclusive (the device
 # check's own test, which needs no other server alive) runs while no test of the other worker's group does
 # (``pytest_runtest_protocol``). The groups: the session's default study and the tests that read it (tests/engines/
-# test_vllm.py's first test sets it up: about 330 s here), and next to it everything built on ``built_inputs``.
+# test_vllm.py's first test sets it up) with some of the studies built on ``built_inputs``, and the rest of those.
+# ``built_inputs`` is built once per test run, by whichever worker asks first.
 SERVERS_GROUPS = ("engine-servers-study", "engine-servers-inputs")
 STUDY_GROUP_FILES = {
     "test_vllm.py", "test_pipeline_e2e.py", "test_faults_real.py", "test_integrity.py", "test_capacity_real.py",
-    "test_workloads_real.py",
+    "test_workloads_real.py", "test_prefix_cache_real.py",
 }  # fmt: skip
 
 
@@ -133,18 +135,39 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for key, value in LIGHTER.items():
         text, n = re.subn(rf"^{key}: *(\[[^\]\n]*\]|[\d.]+)", f"{key}: {value}", text, count=1, flags=re.M)
         assert n == 1, f"config/config.yaml has no top-level {key}"
+    # without its 4-slot server (the 2-slot one measures LoRA's cost, loads adapters at run time and shows that
+    # a second server is planned and measured alike): one server start and its cycles fewer
+    start, end = text.index("\n  lora-4:\n"), text.index("\n  sglang-lora-2:\n")
+    text = text[:start] + text[end:]
     cfg.write_text(text)
     snakemake(work)
     return work
 
 
 @pytest.fixture(scope="session")
-def built_inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def built_inputs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the repository in which the default study's inputs (``INPUTS``) were built by Snakemake, and
-    nothing else: the source that ``seed_inputs`` copies from."""
+    nothing else: the source that ``seed_inputs`` copies from. On `make test`'s workers, one for both: the first
+    worker to ask builds it in their shared base temp folder, the other waits for it (a file lock) and reuses it."""
+    locks = _worker_locks(request.config)
+    if locks is None:
+        return _build_inputs(tmp_path_factory.mktemp("inputs"))
+    locks.mkdir(parents=True, exist_ok=True)
+    work, done = locks.parent / "inputs", locks.parent / "inputs.built"
+    with open(locks / "inputs", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(work, ignore_errors=True)  # a build that failed on the other worker
+            work.mkdir()
+            _build_inputs(work)
+            done.touch()
+    return work
+
+
+def _build_inputs(work: Path) -> Path:
     from .test_pipeline_e2e import copy_repo, snakemake
 
-    work = copy_repo(tmp_path_factory.mktemp("inputs"))
+    copy_repo(work)
     adapters = yaml.safe_load((work / "config" / "config.yaml").read_text())["adapters"]
     targets = ["results/model/manifest.json", "results/workload/requests.json", "results/envs/vllm-cpu.json"]
     targets += [f"results/adapters/{a}.json" for a in adapters]

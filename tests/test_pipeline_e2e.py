@@ -40,16 +40,21 @@ def copy_repo(dest: Path) -> Path:
     return dest
 
 
-def run_study(dest: Path, config: str, built: Path | None = None, **settings: object) -> Path:
+def run_study(
+    dest: Path, config: str, built: Path | None = None, conditions: list[str] | None = None, **settings: object
+) -> Path:
     """A copy of the checkout in ``dest`` with the study of ``config`` (config/studies/...) run to its report;
-    where ``built`` (``conftest.built_inputs``) is given, from those inputs and with ``EAGER`` servers, and with
-    the top-level ``settings`` (e.g. max_repetitions) written over the config's."""
+    where ``built`` (``conftest.built_inputs``) is given, from those inputs and with ``EAGER`` servers, with the
+    top-level ``settings`` (e.g. max_repetitions) written over the config's and, where ``conditions`` is given,
+    every server's conditions cut to those of them it has."""
     work = copy_repo(dest)
     if built is not None:
         seed_inputs(work, built)
         cfg = yaml.safe_load((work / config).read_text())
         for srv in cfg["servers"].values():
             srv["args"] = {**srv.get("args", {}), **EAGER}
+            if conditions is not None:
+                srv["conditions"] = [c for c in srv["conditions"] if c in conditions]
         for key in settings:
             assert key in cfg, f"{config} has no top-level {key}"
         cfg.update(settings)
@@ -238,7 +243,7 @@ def test_engine_version_bump_plans_only_that_engine(study: Path, tmp_path: Path)
     jobs = planned(edited_copy(study, tmp_path / "w", bump))
     assert jobs == {
         "engine_env": 1,
-        "server_loadtest": 3,
+        "server_loadtest": 2,  # the session's study has lora-off and lora-2 (conftest.study)
         "runtime_load": 1,
         "summary_aggregate": 1,
         "queues_summary": 1,
@@ -253,7 +258,7 @@ def test_server_edit_plans_only_that_server(study: Path, tmp_path: Path):
     def edit(d: Path) -> None:
         p = d / "config/config.yaml"
         text = p.read_text()
-        i = text.index("  lora-4:")
+        i = text.index("  lora-off:")
         p.write_text(text[:i] + text[i:].replace("max_model_len: 512", "max_model_len: 384", 1))
 
     jobs = planned(edited_copy(study, tmp_path / "w", edit))

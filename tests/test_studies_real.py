@@ -17,7 +17,11 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def slot_queues(tmp_path_factory: pytest.TempPathFactory, built_inputs: Path) -> Path:
-    return run_study(tmp_path_factory.mktemp("slot-queues"), "config/studies/slot-queues-cpu.yaml", built_inputs)
+    # the one adapter and the three of the cliff (its 'ab' left out: one burst fewer a cycle on each server)
+    return run_study(
+        tmp_path_factory.mktemp("slot-queues"), "config/studies/slot-queues-cpu.yaml", built_inputs,
+        conditions=["a", "abc"],
+    )  # fmt: skip
 
 
 def test_queues_sampled_in_flight_for_every_condition(slot_queues: Path):
