@@ -18,8 +18,10 @@ import pytest
 import yaml
 
 from lorabench.bundle import render_from_bundle, verify_bundle
+from lorabench.device import FOREIGN_SERVERS
 from lorabench.engines import all_server_markers
 from lorabench.io import read_json, read_jsonl
+from lorabench.session import IGNORED
 
 from .conftest import EAGER, ROOT, seed_inputs
 
@@ -156,6 +158,11 @@ def test_records_come_from_real_requests(study: Path):
     assert {r["model"] for r in recs} == {"tiny-qwen3", "a", "b", "c"}
     facts = read_json(study / "results/servers/lora-2/facts.json")
     assert facts["engine_version"] == "0.32.0" and facts["readiness_s"] > 0
+    # `make test`'s workers ignore each other's servers (conftest.py): the job says so, and so does the report
+    shared = os.environ.get(FOREIGN_SERVERS) == "ignore"
+    assert facts.get("device_check") == (IGNORED if shared else None)
+    html = (study / "results/report/index.html").read_text()
+    assert ("measured beside other runs" in html) == shared
     assert facts["log"]["kv_cache_tokens"] > 0
     assert facts["probes"]["wrong_model_status"] == 404 and facts["probes"]["models_listed_ok"]
     # Every request of the run carried the job's API key; the same request without it is refused.

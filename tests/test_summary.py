@@ -203,3 +203,13 @@ def test_the_engine_comparison_pairs_servers_of_one_max_rank_and_names_them():
     ]
     assert [round(c["ratio_pct"]) for c in got] == [50, 100, 50]
     assert got[0]["a_ci_pct"] == got[0]["b_ci_pct"] == 1.0
+
+
+def test_servers_measured_beside_other_runs_servers_are_named_in_the_stability_finding():
+    from lorabench.report_model import _shared_device_answer
+
+    facts = [{"server": "lora-off", "device_check": float("nan")}, {"server": "lora-2", "device_check": "ignored"},
+             {"server": "lora-4", "device_check": None}]  # fmt: skip
+    answer = _shared_device_answer(facts)
+    assert answer.startswith("; lora-2 measured beside other runs' servers") and "not figures of the engine" in answer
+    assert _shared_device_answer([{"server": "lora-2"}]) == ""

@@ -641,6 +641,16 @@ def _host_speed_answer(facts: list[dict[str, Any]]) -> str:
             "times carry such a difference")  # fmt: skip
 
 
+def _shared_device_answer(facts: list[dict[str, Any]]) -> str:
+    """The server jobs that measured beside other runs' servers (``device_check``, LORABENCH_FOREIGN_SERVERS=ignore):
+    their figures include whatever those servers took from the machine."""
+    shared = [f["server"] for f in facts if isinstance(f.get("device_check"), str)]  # NaN from a table: not set
+    if not shared:
+        return ""
+    return (f"; {', '.join(shared)} measured beside other runs' servers (LORABENCH_FOREIGN_SERVERS=ignore), which "
+            "took their share of the machine: not figures of the engine alone")  # fmt: skip
+
+
 def _pct_range(span: tuple[float, float]) -> str:
     lo, hi = (f"{v:.1f}" for v in span)
     return f"±{lo} %" if lo == hi else f"±{lo}-{hi} %"
@@ -719,7 +729,7 @@ def findings(
     st = stability(rows)
     if st:
         question = "how stable are these figures?"
-        answer = _stability_answer(st) + _host_speed_answer(facts or [])
+        answer = _stability_answer(st) + _host_speed_answer(facts or []) + _shared_device_answer(facts or [])
         found.append({"key": "stability", "question": question, "answer": answer})
     if comparisons:
         found.append({"key": "paired", "question": "how tight are the comparisons within each server?",

@@ -637,6 +637,7 @@ def _fact_row(server: str, f: ServerFacts) -> dict[str, Any]:
         "host_rss_end_mib": memory.get("host_rss_end_mib"),
         "hardware": machine.get("hardware"),
         "device": (machine.get("gpus") or [{}])[0].get("name") or machine.get("cpu"),
+        "device_check": f.device_check,  # set only where the job ignored other runs' servers (device.py)
         "boot_id": machine.get("boot_id") or None,  # which machine (resources.boot_id); none in older facts
         # which CPU: generation and vector extensions (resources.cpu_identity); none in older facts
         "cpu_id": machine.get("cpu_id") or None,
