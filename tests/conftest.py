@@ -45,8 +45,8 @@ INPUTS = ("model", "adapters", "workload", "envs")
 # same length, each run on one worker, in file order, sharing that worker's session fixtures; the tests that start
 # none fill in beside them. Two measuring jobs of different runs refuse to share the machine's one device
 # (lorabench/device.py), so each worker has a lock directory of its own and ignores the other's servers
-# (LORABENCH_FOREIGN_SERVERS=ignore: the tests check behaviour, not figures). A test marked exclusive (the device
-# check's own test, which needs no other server alive) runs while no test of the other worker's group does
+# (LORABENCH_FOREIGN_SERVERS=ignore: the tests check behaviour, not figures). A test marked engine_processes (the
+# device check's own, which needs no other server alive) runs while no test of the other worker's group does
 # (``pytest_runtest_protocol``). The groups: the session's default study and the tests that read it (tests/engines/
 # test_vllm.py's first test sets it up) with some of the studies built on ``built_inputs``, and the rest of those.
 # ``built_inputs`` is built once per test run, by whichever worker asks first.
@@ -66,15 +66,14 @@ def servers_group(item: pytest.Item) -> str | None:
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.get_closest_marker("engine_processes"):
-            item.add_marker(pytest.mark.exclusive)
         group = servers_group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _worker_locks(config: pytest.Config) -> Path | None:
-    """On an xdist worker, the lock folder of this test run (in the base temp folder its workers share)."""
+    """On an xdist worker, the lock folder of this test run (in the base temp folder its workers share; made by
+    ``pytest_configure``)."""
     if not hasattr(config, "workerinput"):
         return None
     return Path(config.option.basetemp).parent / "locks"
@@ -83,23 +82,25 @@ def _worker_locks(config: pytest.Config) -> Path | None:
 def pytest_configure(config: pytest.Config) -> None:
     locks = _worker_locks(config)
     if locks is not None:
+        from lorabench.device import FOREIGN_SERVERS
+
+        locks.mkdir(parents=True, exist_ok=True)
         os.environ["LORABENCH_LOCK_DIR"] = str(locks / config.workerinput["workerid"])
-        os.environ["LORABENCH_FOREIGN_SERVERS"] = "ignore"
+        os.environ[FOREIGN_SERVERS] = "ignore"
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     """On an xdist worker, a test of a servers group holds a shared lock on a file of this test run while it runs
-    (setup, call, teardown), and a test marked exclusive an exclusive one, taken through a turnstile so that the
-    other worker's next test waits for it rather than slipping in first."""
+    (setup, call, teardown), and a test marked engine_processes an exclusive one, taken through a turnstile so
+    that the other worker's next test waits for it rather than slipping in first."""
     locks = _worker_locks(item.config)
     if locks is None or servers_group(item) is None:
         yield
         return
-    locks.mkdir(parents=True, exist_ok=True)
     with open(locks / "turnstile", "a") as turn, open(locks / "servers", "a") as rw:
         fcntl.flock(turn, fcntl.LOCK_EX)
-        if item.get_closest_marker("exclusive"):
+        if item.get_closest_marker("engine_processes"):
             fcntl.flock(rw, fcntl.LOCK_EX)
             fcntl.flock(turn, fcntl.LOCK_UN)
         else:
@@ -152,7 +153,6 @@ def built_inputs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     locks = _worker_locks(request.config)
     if locks is None:
         return _build_inputs(tmp_path_factory.mktemp("inputs"))
-    locks.mkdir(parents=True, exist_ok=True)
     work, done = locks.parent / "inputs", locks.parent / "inputs.built"
     with open(locks / "inputs", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
