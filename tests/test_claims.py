@@ -251,6 +251,17 @@ def test_vllms_own_rank_8_benchmark_is_judged_across_its_two_servers():
     assert v.evidence == ["vllm-lora-1-r8/r8/48", "vllm-lora-off/base/48"]
     assert v.measured == pytest.approx(100 * (2700 / 4000 - 1))  # -32.5 %, within 3 points of -33.6
     assert v.verdict == "reproduced" and v.source == "vllm-project/vllm#11267"
+    assert "different machines" not in v.why
+
+    # the two servers' jobs on two machines (a study put together from two loans): the verdict says so
+    def on(off_boot: str, r8_boot: str) -> list[dict]:
+        return [{"server": "vllm-lora-off", "boot_id": off_boot}, {"server": "vllm-lora-1-r8", "boot_id": r8_boot}]
+
+    ctx.facts = on("546fe40c", "0724519f")
+    (v,) = evaluate(claims, ctx)
+    assert "vllm-lora-1-r8 and vllm-lora-off ran on different machines, which the span does not cover" in v.why
+    ctx.facts = on("546fe40c", "546fe40c")
+    assert "different machines" not in evaluate(claims, ctx)[0].why
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,7 @@ import yaml
 from .adapters import lora_parameter_count
 from .engines.base import models_listed_ok
 from .io import read_json, write_json
+from .resources import other_machines
 from .runtime_figures import cold_vs_resident
 from .stats import fmt_num, paired_ratios, ratio_span
 
@@ -234,7 +235,19 @@ def _ratio(m: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, str, l
         if span and paced and span[1] - span[0] > 2 * PACED_NOTE_POINTS:
             note = "; ".join(x for x in (note, f"host-paced spread: the slow bursts are those in which the GPU "
                                                f"waited for the host (r {max(paced):.2f})") if x)  # fmt: skip
+    apart = _apart(ctx, num, den)
+    note = "; ".join(x for x in (note, apart) if x)
     return value, note, [_evidence(num), _evidence(den)], span
+
+
+def _apart(ctx: Context, a: dict[str, Any], b: dict[str, Any]) -> str:
+    """A note where two cells come from server jobs that ran on different machines (their recorded boot ids
+    differ: a study put together from several runs): each interval holds the spread within its job, and the span of
+    their ratio not what differs between the two machines."""
+    boots = {f["server"]: f.get("boot_id") for f in ctx.facts if f.get("server")}
+    if a["server"] == b["server"] or not other_machines(boots.get(a["server"]), boots.get(b["server"])):
+        return ""
+    return f"{a['server']} and {b['server']} ran on different machines, which the span does not cover"
 
 
 def _adapter_count(row: dict[str, Any]) -> int:
