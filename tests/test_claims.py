@@ -262,6 +262,16 @@ def test_vllms_own_rank_8_benchmark_is_judged_across_its_two_servers():
     assert "vllm-lora-1-r8 and vllm-lora-off ran on different machines, which the span does not cover" in v.why
     ctx.facts = on("546fe40c", "546fe40c")
     assert "different machines" not in evaluate(claims, ctx)[0].why
+    # a loose selector (any LoRA server's base requests) takes a server on the other cell's machine first
+    lora_on = [c for c in load_claims(ROOT / "config" / "claims.yaml") if c["id"] == "s3-b48-base-lora-on"]
+    ctx.facts = [*on("546fe40c", "0724519f"), {"server": "vllm-lora-1", "boot_id": "546fe40c"}]
+    rows.append(row("vllm-lora-1", True, 16, "base", 48, 3900.0))
+    (v,) = evaluate(lora_on, ctx)
+    assert v.evidence == ["vllm-lora-1/base/48", "vllm-lora-off/base/48"] and "different machines" not in v.why
+    # none on the LoRA-off server's machine: the fewest slots, then the id, as without records; the why says so
+    ctx.facts = [*on("546fe40c", "0724519f"), {"server": "vllm-lora-1", "boot_id": "d9411db0"}]
+    (v,) = evaluate(lora_on, ctx)
+    assert v.evidence == ["vllm-lora-1/base/48", "vllm-lora-off/base/48"] and "different machines" in v.why
 
 
 @pytest.mark.parametrize(

@@ -273,6 +273,12 @@ def test_a_comparison_of_two_servers_that_ran_on_different_machines_says_so():
         "machine"
     )
     assert apart["slots"]["answer"] == plain["slots"]["answer"]  # lora-2 and lora-4: one machine
+    # a LoRA server on the LoRA-off server's machine is taken before the one of fewest slots elsewhere
+    assert plain["enable"]["answer"].startswith("base-model requests on lora-2 vs lora-off")
+    facts = [{**f, "boot_id": "other" if f["server"] == "lora-2" else "same"} for f in summary["facts"]]
+    near = {f["key"]: f for f in findings(summary["rows"], [], [], [], facts, [], config=DEFAULT)}
+    assert near["enable"]["answer"].startswith("base-model requests on lora-4 vs lora-off")
+    assert "different machines" not in near["enable"]["answer"]
 
 
 def test_the_engine_comparison_counts_rows_of_servers_on_different_machines():

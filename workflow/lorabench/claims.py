@@ -138,6 +138,10 @@ class Context:
         devices = [f.get("device") for f in self.facts if f.get("hardware") == "gpu" and f.get("device")]
         self.gpu_name: str = devices[0] if devices else ""
 
+    def boots(self) -> dict[str, str]:
+        """Server -> the boot id its job recorded (resources.boot_id; jobs that recorded none left out)."""
+        return {f["server"]: str(f["boot_id"]) for f in self.facts if f.get("server") and f.get("boot_id")}
+
     def of_engine(self, item: dict[str, Any]) -> bool:
         """Whether a row, server's facts or side job belongs to the engine the current claim is about (every
         one does when the claim names none)."""
@@ -153,9 +157,17 @@ def _matches(row: dict[str, Any], sel: dict[str, Any], ignore_burst: bool = Fals
     return True
 
 
-def select_row(ctx: Context, sel: dict[str, Any], allow_burst_fallback: bool) -> tuple[dict[str, Any] | None, str]:
+def select_row(
+    ctx: Context, sel: dict[str, Any], allow_burst_fallback: bool, near: str | None = None
+) -> tuple[dict[str, Any] | None, str]:
     """The measured row a selector names; with fallback, the largest measured burst when the exact one is absent.
-    Returns (row, note); row None with the reason in note."""
+    Where several servers match, one whose job ran on the machine of boot id ``near`` comes first. Returns (row,
+    note); row None with the reason in note."""
+    boots = ctx.boots()
+
+    def _pick(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        return sorted(rows, key=lambda r: (other_machines(boots.get(r["server"]), near), *_pick_key(r)))[0]
+
     if sel.get("burst") == "largest":  # the largest burst the matching rows measured
         sel = {k: v for k, v in sel.items() if k != "burst"}
         measured = [r for r in ctx.rows if _matches(r, sel) and r.get("status") == "ok"]
@@ -179,10 +191,10 @@ def select_row(ctx: Context, sel: dict[str, Any], allow_burst_fallback: bool) ->
     return None, f"no server/condition in this study matches {sel}"
 
 
-def _pick(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _pick_key(row: dict[str, Any]) -> tuple[Any, ...]:
     # Several servers can match a loose selector (e.g. lora on, any max_loras): take the smallest max_loras,
     # then the server id, so the choice is stable and visible in the evidence.
-    return sorted(rows, key=lambda r: (r.get("max_loras") or 0, r["server"]))[0]
+    return (row.get("max_loras") or 0, row["server"])
 
 
 def _metric(row: dict[str, Any], metric: str) -> float | None:
@@ -215,6 +227,14 @@ def _ratio(m: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, str, l
     den, n2 = select_row(ctx, m["den"], fallback)
     if num is None or den is None:
         return None, n1 or n2, [], None
+    boots = ctx.boots()
+    if other_machines(boots.get(num["server"]), boots.get(den["server"])):
+        # a study put together from several runs: where a selector matches a server of the other cell's machine,
+        # the ratio is taken on one machine
+        num, n1 = select_row(ctx, m["num"], fallback, near=boots.get(den["server"]))
+        if num is not None and other_machines(boots.get(num["server"]), boots.get(den["server"])):
+            den, n2 = select_row(ctx, m["den"], fallback, near=boots.get(num["server"]))
+        assert num is not None and den is not None
     if (num.get("workload") or "default") != (den.get("workload") or "default"):
         return None, f"{_evidence(num)} and {_evidence(den)} send different workloads", [], None
     a, b = _metric(num, m["metric"]), _metric(den, m["metric"])
@@ -244,7 +264,7 @@ def _apart(ctx: Context, a: dict[str, Any], b: dict[str, Any]) -> str:
     """A note where two cells come from server jobs that ran on different machines (their recorded boot ids
     differ: a study put together from several runs): each interval holds the spread within its job, and the span of
     their ratio not what differs between the two machines."""
-    boots = {f["server"]: f.get("boot_id") for f in ctx.facts if f.get("server")}
+    boots = ctx.boots()
     if a["server"] == b["server"] or not other_machines(boots.get(a["server"]), boots.get(b["server"])):
         return ""
     return f"{a['server']} and {b['server']} ran on different machines, which the span does not cover"

@@ -744,9 +744,13 @@ def findings(
         eng = [r for r in ok if r["engine"] == engine]
         bursts = sorted({r["burst"] for r in eng})
         if base:
-            on, off = _cell(eng, bursts[0], True, base), _cell(eng, bursts[0], False, base)
+            off = _cell(eng, bursts[0], False, base)
+            # of the LoRA servers, one on the LoRA-off server's machine first (a study put together from runs)
+            near = [r for r in eng if off and not other_machines(boots.get(r["server"]), boots.get(off["server"]))]
+            on = _cell(near, bursts[0], True, base) or _cell(eng, bursts[0], True, base)
             if on and off:
-                pairs = [(b, _cell(eng, b, True, base), _cell(eng, b, False, base)) for b in bursts]
+                on_rows, off_rows = ([r for r in eng if r["server"] == c["server"]] for c in (on, off))
+                pairs = [(b, _cell(on_rows, b, True, base), _cell(off_rows, b, False, base)) for b in bursts]
                 what = f"base-model requests on {on['server']} vs {off['server']}"
                 found.append(
                     _across(_finding("enable", engine, f"{engine}: what does merely enabling LoRA cost?", what, pairs),
