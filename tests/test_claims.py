@@ -321,3 +321,18 @@ def test_a_ratio_verdict_carries_the_span_it_was_tested_against():
     # a verdict without a figure has no span, and its record no key for one
     not_run = Verdict.from_json({**v.to_json(), "measured": None, "verdict": "not run", "span": None})
     assert "span" not in not_run.to_json()
+
+
+def test_a_server_fact_over_servers_of_whole_numbers_reads_as_a_whole_number():
+    """GPU memory of two LoRA servers: the median of 100 and 104 MiB is 102, not 102.0; of 100 and 101 it is
+    100.5."""
+    claims = [c for c in load_claims(ROOT / "config" / "claims.yaml") if c["id"] == "s4-gpu-mem-lora-on"]
+
+    def fact(server: str, mib: int) -> dict:
+        return {"server": server, "engine": "vllm", "lora": True, "status": "ok", "gpu_mem_ready_mib": mib}
+
+    for mibs, text in (((100, 104), "102"), ((100, 101), "100.5")):
+        ctx = Context({"rows": [], "facts": [fact("a", mibs[0]), fact("b", mibs[1])]}, {"parameters": 1}, [], None)
+        ctx.hardware = "gpu"
+        (v,) = evaluate(claims, ctx)
+        assert v.measured_text == text and "median over 2 server(s)" in v.why, (v.measured_text, v.why)

@@ -594,7 +594,7 @@ def _server_fact(fact: str, sel: dict[str, Any], ctx: Context) -> tuple[Any, str
         if counts and len(counts) == len(piece):
             total = [f[col] for f in ran]
             return (
-                statistics.median(counts),
+                _median(counts),
                 f"PIECEWISE captures (all modes: {total})",
                 [f"server:{f['server']}" for f in ran],
             )
@@ -604,7 +604,14 @@ def _server_fact(fact: str, sel: dict[str, Any], ctx: Context) -> tuple[Any, str
         if fact == "cuda_graph_captures" and ctx.hardware == "cpu":
             why = "no CUDA graphs on a CPU build"
         return None, why, []
-    return statistics.median(vals), f"median over {len(vals)} server(s)", [f"server:{f['server']}" for f in ran]
+    return _median(vals), f"median over {len(vals)} server(s)", [f"server:{f['server']}" for f in ran]
+
+
+def _median(vals: list[Any]) -> Any:
+    """The median of servers' figures; of whole numbers (captures, MiB) a whole number where it is one, so that
+    two servers' 38 and 38 captures read 38, not 38.0."""
+    m = statistics.median(vals)
+    return int(m) if all(isinstance(v, int) for v in vals) and float(m).is_integer() else m
 
 
 def comparability(claim: dict[str, Any], ctx: Context) -> str:
