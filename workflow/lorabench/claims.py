@@ -158,15 +158,15 @@ def _matches(row: dict[str, Any], sel: dict[str, Any], ignore_burst: bool = Fals
 
 
 def select_row(
-    ctx: Context, sel: dict[str, Any], allow_burst_fallback: bool, near: str | None = None
+    ctx: Context, sel: dict[str, Any], allow_burst_fallback: bool, machine: str | None = None
 ) -> tuple[dict[str, Any] | None, str]:
     """The measured row a selector names; with fallback, the largest measured burst when the exact one is absent.
-    Where several servers match, one whose job ran on the machine of boot id ``near`` comes first. Returns (row,
+    Where several servers match, one whose job ran on the machine of boot id ``machine`` comes first. Returns (row,
     note); row None with the reason in note."""
     boots = ctx.boots()
 
     def _pick(rows: list[dict[str, Any]]) -> dict[str, Any]:
-        return sorted(rows, key=lambda r: (other_machines(boots.get(r["server"]), near), *_pick_key(r)))[0]
+        return sorted(rows, key=lambda r: (other_machines(boots.get(r["server"]), machine), *_pick_key(r)))[0]
 
     if sel.get("burst") == "largest":  # the largest burst the matching rows measured
         sel = {k: v for k, v in sel.items() if k != "burst"}
@@ -231,9 +231,9 @@ def _ratio(m: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, str, l
     if other_machines(boots.get(num["server"]), boots.get(den["server"])):
         # a study put together from several runs: where a selector matches a server of the other cell's machine,
         # the ratio is taken on one machine
-        num, n1 = select_row(ctx, m["num"], fallback, near=boots.get(den["server"]))
+        num, n1 = select_row(ctx, m["num"], fallback, machine=boots.get(den["server"]))
         if num is not None and other_machines(boots.get(num["server"]), boots.get(den["server"])):
-            den, n2 = select_row(ctx, m["den"], fallback, near=boots.get(num["server"]))
+            den, n2 = select_row(ctx, m["den"], fallback, machine=boots.get(num["server"]))
         assert num is not None and den is not None
     if (num.get("workload") or "default") != (den.get("workload") or "default"):
         return None, f"{_evidence(num)} and {_evidence(den)} send different workloads", [], None
