@@ -34,7 +34,7 @@ import yaml
 from .adapters import lora_parameter_count
 from .engines.base import models_listed_ok
 from .io import read_json, write_json
-from .resources import other_machines
+from .resources import boot_ids, other_machines
 from .runtime_figures import cold_vs_resident
 from .stats import fmt_num, paired_ratios, ratio_span
 
@@ -138,10 +138,6 @@ class Context:
         devices = [f.get("device") for f in self.facts if f.get("hardware") == "gpu" and f.get("device")]
         self.gpu_name: str = devices[0] if devices else ""
 
-    def boots(self) -> dict[str, str]:
-        """Server -> the boot id its job recorded (resources.boot_id; jobs that recorded none left out)."""
-        return {f["server"]: str(f["boot_id"]) for f in self.facts if f.get("server") and f.get("boot_id")}
-
     def of_engine(self, item: dict[str, Any]) -> bool:
         """Whether a row, server's facts or side job belongs to the engine the current claim is about (every
         one does when the claim names none)."""
@@ -163,7 +159,7 @@ def select_row(
     """The measured row a selector names; with fallback, the largest measured burst when the exact one is absent.
     Where several servers match, one whose job ran on the machine of boot id ``machine`` comes first. Returns (row,
     note); row None with the reason in note."""
-    boots = ctx.boots()
+    boots = boot_ids(ctx.facts)
 
     def _pick(rows: list[dict[str, Any]]) -> dict[str, Any]:
         return sorted(rows, key=lambda r: (other_machines(boots.get(r["server"]), machine), *_pick_key(r)))[0]
@@ -223,18 +219,16 @@ def measure(claim: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, s
 
 
 def _ratio(m: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, str, list[str], Span]:
-    num, n1 = select_row(ctx, m["num"], fallback)
+    # a study put together from several runs: where a selector matches a server of the other cell's machine, the
+    # ratio is taken on one machine (the numerator's server near the denominator's, else the other way round)
+    boots = boot_ids(ctx.facts)
     den, n2 = select_row(ctx, m["den"], fallback)
+    num, n1 = select_row(ctx, m["num"], fallback, machine=boots.get(den["server"]) if den else None)
     if num is None or den is None:
         return None, n1 or n2, [], None
-    boots = ctx.boots()
     if other_machines(boots.get(num["server"]), boots.get(den["server"])):
-        # a study put together from several runs: where a selector matches a server of the other cell's machine,
-        # the ratio is taken on one machine
-        num, n1 = select_row(ctx, m["num"], fallback, machine=boots.get(den["server"]))
-        if num is not None and other_machines(boots.get(num["server"]), boots.get(den["server"])):
-            den, n2 = select_row(ctx, m["den"], fallback, machine=boots.get(num["server"]))
-        assert num is not None and den is not None
+        near, n2 = select_row(ctx, m["den"], fallback, machine=boots.get(num["server"]))
+        den = near or den
     if (num.get("workload") or "default") != (den.get("workload") or "default"):
         return None, f"{_evidence(num)} and {_evidence(den)} send different workloads", [], None
     a, b = _metric(num, m["metric"]), _metric(den, m["metric"])
@@ -264,7 +258,7 @@ def _apart(ctx: Context, a: dict[str, Any], b: dict[str, Any]) -> str:
     """A note where two cells come from server jobs that ran on different machines (their recorded boot ids
     differ: a study put together from several runs): each interval holds the spread within its job, and the span of
     their ratio not what differs between the two machines."""
-    boots = ctx.boots()
+    boots = boot_ids(ctx.facts)
     if a["server"] == b["server"] or not other_machines(boots.get(a["server"]), boots.get(b["server"])):
         return ""
     return f"{a['server']} and {b['server']} ran on different machines, which the span does not cover"

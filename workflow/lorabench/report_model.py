@@ -25,7 +25,7 @@ from .loadgen.traffic import workload_of
 from .phases import workload_rows
 from .queues import cliff_sentence
 from .records import Comparison
-from .resources import other_machines
+from .resources import boot_ids, other_machines
 from .roles import adapter_set, role_conditions
 from .summary import thread_bound
 
@@ -483,15 +483,10 @@ def _union_engines(rows: list[dict[str, Any]]) -> list[str]:
     return sorted({r["engine"] for r in rows if get_engine(r["engine"]).lora_layers_union})
 
 
-def _boot_ids(facts: list[dict[str, Any]] | None) -> dict[str, str]:
-    """Server -> the boot id its job recorded (jobs that recorded none left out)."""
-    return {f["server"]: str(f["boot_id"]) for f in facts or [] if f.get("boot_id")}
-
-
 def _engine_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The engine comparison's rows, each with ``apart``: whether its two servers ran on different machines (their
     recorded boot ids differ), which the span does not cover."""
-    boots = _boot_ids(summary.get("facts"))
+    boots = boot_ids(summary.get("facts"))
     return [{**c, "apart": other_machines(boots.get(c["a_server"]), boots.get(c["b_server"]))}
             for c in summary.get("engine_comparison") or []]  # fmt: skip
 
@@ -739,14 +734,16 @@ def findings(
         found.append({"key": "bound", "question": "do these figures measure the engine?", "answer": _bound_answer(ok)})
     picks = role_conditions(config) if config else {}
     base, one, over = picks.get("base"), picks.get("one-adapter"), picks.get("over-slots")
-    boots = _boot_ids(facts)
+    boots = boot_ids(facts)
     for engine in sorted({r["engine"] for r in ok}):
         eng = [r for r in ok if r["engine"] == engine]
         bursts = sorted({r["burst"] for r in eng})
         if base:
             off = _cell(eng, bursts[0], False, base)
             # of the LoRA servers, one on the LoRA-off server's machine first (a study put together from runs)
-            near = [r for r in eng if off and not other_machines(boots.get(r["server"]), boots.get(off["server"]))]
+            near = (
+                [r for r in eng if not other_machines(boots.get(r["server"]), boots.get(off["server"]))] if off else []
+            )
             on = _cell(near, bursts[0], True, base) or _cell(eng, bursts[0], True, base)
             if on and off:
                 on_rows, off_rows = ([r for r in eng if r["server"] == c["server"]] for c in (on, off))

@@ -370,6 +370,12 @@ def boot_id() -> str:
         return ""
 
 
+def boot_ids(facts: list[dict[str, Any]] | None) -> dict[str, str]:
+    """Server -> the boot id its job recorded (``boot_id``, in the summary's server facts; jobs that recorded none
+    left out)."""
+    return {f["server"]: str(f["boot_id"]) for f in facts or [] if f.get("boot_id")}
+
+
 def other_machines(a: str | None, b: str | None) -> bool:
     """Whether two recorded boot ids (``boot_id``) say two jobs ran on different machines (or boots of one): both
     recorded and different; records without one say nothing."""
