@@ -311,3 +311,37 @@ def test_the_engine_comparison_table_names_its_servers_and_marks_rows_of_two_mac
     # a LoRA-off pair has no max_lora_rank (EngineComparison.to_json leaves it out): a dash, not an error
     off = {k: v for k, v in together.items() if k != "max_lora_rank"} | {"lora": False, "condition": "base"}
     assert "<td>off</td><td>1</td><td>-</td>" in section.render(engine_comparison=[off], facts=[])
+
+
+def test_a_host_cache_smaller_than_the_adapters_in_use_is_a_finding_of_its_engine():
+    """Two LoRA servers alike but for vLLM's max_cpu_loras: each condition both measured whose adapters outnumber
+    the smaller cache is compared (medians of two jobs); a condition that fits the smaller cache, and an engine
+    without the setting, give none."""
+
+    def row(server: str, cache: float | None, cond: str, tput: float, engine: str = "vllm") -> dict:
+        return {"server": server, "engine": engine, "lora": True, "max_loras": 8, "max_lora_rank": 8,
+                "max_cpu_loras": cache, "condition": cond, "burst": 48, "status": "ok", "throughput_median": tput,
+                "throughput_ci_lo": tput * 0.99, "throughput_ci_hi": tput * 1.01}  # fmt: skip
+
+    cfg = {
+        "conditions": {
+            "base": {"adapters": ["base"]},
+            "n4": {"adapters": [f"m-{i}" for i in range(4)], "assignment": "uniform"},
+            "n16": {"adapters": [f"m-{i}" for i in range(16)], "assignment": "uniform"},
+        },
+        "servers": {},
+    }
+    rows = [row("c8", 8.0, "base", 6000.0), row("c8", 8.0, "n4", 2000.0), row("c8", 8.0, "n16", 900.0),
+            row("c16", 16.0, "base", 6000.0), row("c16", 16.0, "n4", 2000.0), row("c16", 16.0, "n16", 1000.0),
+            row("s8", None, "n16", 500.0, "sglang")]  # fmt: skip
+    facts = [{"server": s, "boot_id": "one"} for s in ("c8", "c16", "s8")]
+    found = [f for f in findings(rows, [], [], [], facts, [], config=cfg) if f["key"] == "cache"]
+    assert [f["engine"] for f in found] == ["vllm"]
+    answer = found[0]["answer"]
+    assert answer.startswith("host cache of 8 vs 16 adapters on 8 slots (c8 vs c16: two server jobs")
+    assert "n16 at burst 48: -10.0% [-11.8, -8.2]" in answer and "n4 " not in answer
+    assert answer.endswith("(a difference beyond our spread in each)")
+    facts[0]["boot_id"] = "other"
+    apart = [f for f in findings(rows, [], [], [], facts, [], config=cfg) if f["key"] == "cache"][0]["answer"]
+    assert apart.endswith("c8 and c16 ran on different machines, which the intervals do not cover: not a comparison "
+                          "on one machine")  # fmt: skip

@@ -501,6 +501,43 @@ def _across(found: dict[str, Any] | None, boots: dict[str, str], a: str, b: str)
     return found
 
 
+def _cache_finding(
+    engine: str, eng: list[dict[str, Any]], conditions: dict[str, Any], boots: dict[str, str]
+) -> dict[str, Any] | None:
+    """What a host cache smaller than the adapters in use costs (vLLM's max_cpu_loras): two LoRA servers alike in
+    slots and rank, one with the smallest cache and one with the largest, compared on each condition both measured
+    whose adapters outnumber the smaller cache (the cells' medians: two server jobs, never paired per cycle)."""
+    caches: dict[tuple[Any, Any], dict[str, float]] = {}
+    for r in eng:
+        if r.get("lora") and r.get("max_cpu_loras"):
+            caches.setdefault((r.get("max_loras"), r.get("max_lora_rank")), {})[r["server"]] = r["max_cpu_loras"]
+    for (slots, _), by in sorted(caches.items(), key=lambda kv: str(kv[0])):
+        if len(set(by.values())) < 2:
+            continue
+        small = min(by, key=lambda s: (by[s], s))
+        large = max(by, key=lambda s: (by[s], s))
+        cells = {(r["server"], r["condition"], r["burst"]): r for r in eng}
+        parts, beyond = [], 0
+        for (server, cond, burst), num in sorted(cells.items()):
+            den = cells.get((large, cond, burst))
+            if server != small or not den or len(adapter_set(conditions.get(cond) or {})) <= by[small]:
+                continue
+            m, lo, hi = _ratio(num, den)
+            parts.append(f"{cond} at burst {burst}: {m:+.1f}%{_span_text(lo, hi)}")
+            beyond += _beyond(lo, hi)
+        if not parts:
+            continue
+        verdict = ("a difference beyond our spread in each" if beyond == len(parts)
+                   else "within our spread in each: no difference shown" if not beyond
+                   else f"a difference beyond our spread in {beyond} of {len(parts)}")  # fmt: skip
+        what = (f"host cache of {by[small]:g} vs {by[large]:g} adapters on {slots} slots ({small} vs {large}: two "
+                "server jobs, not paired per cycle, so the span is what the two medians' intervals allow)")  # fmt: skip
+        found = {"key": "cache", "engine": engine, "question": f"{engine}: what does a host cache smaller than the "
+                 "adapters in use cost?", "answer": f"{what}: {'; '.join(parts)} ({verdict})"}  # fmt: skip
+        return _across(found, boots, small, large)
+    return None
+
+
 COUNT_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
 
@@ -712,9 +749,9 @@ def findings(
     claim_engines: dict[str, str | None] | None = None,
     capacity: dict[str, Any] | None = None,
 ) -> list[dict]:
-    """What the run answers, first: the cost of enabling LoRA, of one adapter, of too few slots, of runtime
-    loading, and the engine comparison. Each answer names the rows it comes from and says whether the difference
-    is beyond our span (stats.ratio_span: paired by time within one server job). The conditions compared are the
+    """What the run answers, first: the cost of enabling LoRA, of one adapter, of too few slots, of a host cache
+    smaller than the adapters in use, of runtime loading, and the engine comparison. Each answer names the rows it
+    comes from and says whether the difference is beyond our span (stats.ratio_span: paired by time within one server job). The conditions compared are the
     ``config``'s of role base, one-adapter and over-slots (roles.role_conditions; without a config, none); each
     finding carries the claims ``links`` gives its key (claims.finding_links: the registry's ``finding``); a finding
     about one engine only those about that engine or none (``claim_engines``: claims.claim_engines), so that a
@@ -775,6 +812,8 @@ def findings(
                     _across(_finding("slots", engine, f"{engine}: what do too few adapter slots cost?", what, pairs),
                             boots, few["server"], many["server"])
                 )  # fmt: skip
+        if config:
+            found.append(_cache_finding(engine, eng, config.get("conditions") or {}, boots))
     out: list[dict[str, Any]] = [f for f in found if f]
     out += _side_findings(runtime, "runtime", "how fast is loading an adapter at run time?", _runtime_answer)
     out += _side_findings(prefix or [], "prefix", "is the prefix cache kept separate per adapter?", _prefix_answer)
