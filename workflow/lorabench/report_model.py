@@ -749,13 +749,14 @@ def findings(
     claim_engines: dict[str, str | None] | None = None,
     capacity: dict[str, Any] | None = None,
 ) -> list[dict]:
-    """What the run answers, first: the cost of enabling LoRA, of one adapter, of too few slots, of a host cache
-    smaller than the adapters in use, of runtime loading, and the engine comparison. Each answer names the rows it
-    comes from and says whether the difference is beyond our span (stats.ratio_span: paired by time within one
-    server job). The conditions compared are the ``config``'s of role base, one-adapter and over-slots
-    (roles.role_conditions; without a config, none); each finding carries the claims ``links`` gives its key (claims.finding_links: the registry's ``finding``); a finding
-    about one engine only those about that engine or none (``claim_engines``: claims.claim_engines), so that a
-    claim judged on vLLM is never shown under SGLang's answer."""
+    """What the run answers, first: the cost of enabling LoRA, of one adapter, of too few slots, of a host cache smaller
+    than the adapters in use, of runtime loading, and the engine comparison. Each answer names the rows it comes
+    from and says whether the difference is beyond our span (stats.ratio_span: paired by time within one server
+    job). The conditions compared are the ``config``'s of role base, one-adapter and over-slots
+    (roles.role_conditions; without a config, none); each finding carries the claims ``links`` gives its key
+    (claims.finding_links: the registry's ``finding``); a finding about one engine only those about that engine or
+    none (``claim_engines``: claims.claim_engines), so that a claim judged on vLLM is never shown under SGLang's
+    answer."""
     ok = [r for r in rows if r.get("status") == "ok" and r.get("throughput_median")]
     found: list[dict[str, Any] | None] = []
     st = stability(rows)
