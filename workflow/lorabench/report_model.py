@@ -506,17 +506,18 @@ def _cache_finding(
 ) -> dict[str, Any] | None:
     """What a host cache smaller than the adapters in use costs (vLLM's max_cpu_loras): two LoRA servers alike in
     slots and rank, one with the smallest cache and one with the largest, compared on each condition both measured
-    whose adapters outnumber the smaller cache (the cells' medians: two server jobs, never paired per cycle)."""
+    whose adapters outnumber the smaller cache (the cells' medians: two server jobs, never paired per cycle). Of
+    several slot counts with caches that differ, the first in order that has such a condition."""
     caches: dict[tuple[Any, Any], dict[str, float]] = {}
     for r in eng:
         if r.get("lora") and r.get("max_cpu_loras"):
             caches.setdefault((r.get("max_loras"), r.get("max_lora_rank")), {})[r["server"]] = r["max_cpu_loras"]
+    cells = {(r["server"], r["condition"], r["burst"]): r for r in eng}
     for (slots, _), by in sorted(caches.items(), key=lambda kv: str(kv[0])):
         if len(set(by.values())) < 2:
             continue
         small = min(by, key=lambda s: (by[s], s))
         large = max(by, key=lambda s: (by[s], s))
-        cells = {(r["server"], r["condition"], r["burst"]): r for r in eng}
         parts, beyond = [], 0
         for (server, cond, burst), num in sorted(cells.items()):
             den = cells.get((large, cond, burst))
