@@ -159,7 +159,7 @@ def select_row(
     """The measured row a selector names; with fallback, the largest measured burst when the exact one is absent.
     Where several servers match, one whose job ran on the machine of boot id ``machine`` comes first. Returns (row,
     note); row None with the reason in note."""
-    boots = boot_ids(ctx.facts)
+    boots = boot_ids(ctx.facts) if machine else {}
 
     def _pick(rows: list[dict[str, Any]]) -> dict[str, Any]:
         return sorted(rows, key=lambda r: (other_machines(boots.get(r["server"]), machine), *_pick_key(r)))[0]
@@ -249,16 +249,15 @@ def _ratio(m: dict[str, Any], ctx: Context, fallback: bool) -> tuple[Any, str, l
         if span and paced and span[1] - span[0] > 2 * PACED_NOTE_POINTS:
             note = "; ".join(x for x in (note, f"host-paced spread: the slow bursts are those in which the GPU "
                                                f"waited for the host (r {max(paced):.2f})") if x)  # fmt: skip
-    apart = _apart(ctx, num, den)
+    apart = _apart(boots, num, den)
     note = "; ".join(x for x in (note, apart) if x)
     return value, note, [_evidence(num), _evidence(den)], span
 
 
-def _apart(ctx: Context, a: dict[str, Any], b: dict[str, Any]) -> str:
-    """A note where two cells come from server jobs that ran on different machines (their recorded boot ids
-    differ: a study put together from several runs): each interval holds the spread within its job, and the span of
-    their ratio not what differs between the two machines."""
-    boots = boot_ids(ctx.facts)
+def _apart(boots: dict[str, str], a: dict[str, Any], b: dict[str, Any]) -> str:
+    """A note where two cells come from server jobs that ran on different machines (their recorded boot ids,
+    ``boots``: resources.boot_ids, differ: a study put together from several runs): each interval holds the spread
+    within its job, and the span of their ratio not what differs between the two machines."""
     if a["server"] == b["server"] or not other_machines(boots.get(a["server"]), boots.get(b["server"])):
         return ""
     return f"{a['server']} and {b['server']} ran on different machines, which the span does not cover"
