@@ -1,4 +1,4 @@
-"""Method v2's loop without a server: rotation, per-cycle pairing, and the stop rule's three exits."""
+"""Method v2's loop without a server: the random order per cycle, per-cycle pairing, and the stop rule's three exits."""
 
 from __future__ import annotations
 
@@ -13,17 +13,41 @@ from lorabench.measure.paired import PairedRatio
 from lorabench.stats import MedianInterval, by_time, paired_ratios, ratio_span
 
 
-def test_cells_and_rotation_visit_every_position_once_per_round():
+def test_cells_of_a_server_in_their_listed_order():
     cells = cycle_cells(["base", "a"], [8, 4], "both")
     assert cells[:2] == [Cell("base", 4, False), Cell("base", 4, True)] and len(cells) == 8
-    positions = {c: set() for c in cells}
-    for cycle in range(len(cells)):
-        for pos, c in enumerate(cycle_order(cells, cycle)):
-            positions[c].add(pos)
-    assert all(p == set(range(len(cells))) for p in positions.values())
     assert [c.stream for c in cycle_cells(["a"], [4], "off")] == [False]
     with pytest.raises(ValueError, match="stream"):
         cycle_cells(["a"], [4], "sometimes")
+
+
+def test_each_cycle_runs_every_cell_once_in_an_order_drawn_from_the_seed_and_cycle():
+    cells = cycle_cells(["base", "a"], [8, 4], "both")
+    orders = [cycle_order(cells, cycle, seed=7) for cycle in range(40)]
+    assert all(sorted(o) == sorted(cells) for o in orders)  # every cell once per cycle
+    assert orders == [cycle_order(cells, cycle, seed=7) for cycle in range(40)]  # same seed, same orders
+    assert orders != [cycle_order(cells, cycle, seed=8) for cycle in range(40)]  # another seed, others
+    assert len({tuple(o) for o in orders}) > 30  # a fresh order per cycle, not a rotation (8 of them)
+    positions = {c: {o.index(c) for o in orders} for c in cells}
+    assert all(len(p) >= 6 for p in positions.values())  # each cell takes (nearly) every place
+    # every cell follows every other cell within a cycle in some cycle: no fixed predecessor
+    follows = {(o[i - 1], o[i]) for o in orders for i in range(1, len(o))}
+    assert all((x, y) in follows for x in cells for y in cells if x != y)
+    # of two cells, both orders occur over a few cycles
+    two = cycle_cells(["base", "a"], [4], "off")
+    assert {tuple(cycle_order(two, c, seed=0)) for c in range(8)} == {tuple(two), tuple(reversed(two))}
+    assert cycle_order([], 3, seed=0) == []
+
+
+def test_run_cycles_sends_each_cycle_in_the_order_of_its_seed():
+    seen: list = []
+    t = Targets(min_cycles=6, max_cycles=6, target_points=1.0, target_ci_pct=1.0, max_measuring_s=1e9)
+    _run(lambda cell, c: 100.0, t, bursts=(4, 8), seen=seen, seed=5)
+    cells = cycle_cells(["base", "a"], [4, 8], "both")
+    for cycle in range(6):
+        sent = [(cell, pos, length) for cell, cyc, pos, length in seen if cyc == cycle]
+        assert [c for c, _, _ in sent] == cycle_order(cells, cycle, seed=5)
+        assert [pos for _, pos, _ in sent] == list(range(8)) and {n for _, _, n in sent} == {8}
 
 
 def test_pairing_per_cycle_cancels_drift_that_widens_each_cell():
@@ -48,7 +72,7 @@ def test_summary_rows_pair_bursts_of_one_cycle_exactly():
     assert paired_ratios({**num, "throughput_median": 80.0}, other) == []  # two servers are never paired
 
 
-def _run(values, targets: Targets, conditions=("base", "a"), bursts=(4,), seen=None) -> Progress:
+def _run(values, targets: Targets, conditions=("base", "a"), bursts=(4,), seen=None, seed=0) -> Progress:
     """run_cycles with a burst function that returns ``values(cell, cycle)`` and lasts 0.5 s each."""
     cells = cycle_cells(list(conditions), list(bursts), "both")
     progress = Progress("base", list(conditions), list(bursts))
@@ -58,7 +82,7 @@ def _run(values, targets: Targets, conditions=("base", "a"), bursts=(4,), seen=N
         seen.append((cell, cycle, pos, length))
         return values(cell, cycle), 0.5
 
-    asyncio.run(run_cycles(burst, cells, progress, targets, 0, None, "both"))
+    asyncio.run(run_cycles(burst, cells, progress, targets, 0, None, "both", seed=seed))
     if not targets.focus:
         assert len(seen) == progress.cycles * len(cells)
     return progress

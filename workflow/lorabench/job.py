@@ -80,7 +80,7 @@ class ServerJob:
     metrics_interval_s: float = study("metrics_interval_s")
     load: dict[str, Any] = study("load")
     harness: dict[str, str] = study("harness")
-    shuffle_seed: int = 0  # the workload's seed (the prefix-caching job's prefix texts)
+    shuffle_seed: int = 0  # the workload's seed: each cycle's order (cycles.cycle_order), the prefix job's texts
     hardware: str = ""  # "cpu" or "gpu"; detected when empty
     runnable: bool = True  # False: the engine needs a GPU this machine lacks
 

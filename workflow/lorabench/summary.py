@@ -95,9 +95,15 @@ def _record(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+LIST_KEYS = ("resident_inferred", "burst_adapters")  # a burst's adapter lists (slot_state), "|"-joined in tables
+
+
 def _flatten(m: dict[str, Any]) -> dict[str, Any]:
     row = {k: v for k, v in m.items() if k not in ("metrics", "errors")}
     row["errors"] = " | ".join(m.get("errors") or [])
+    for k in LIST_KEYS:
+        if isinstance(m.get(k), list):
+            row[k] = "|".join(m[k])
     if "burst_tok_s" in m:
         row["burst_tok_s"] = " ".join(f"{v:.1f}" for v in m["burst_tok_s"])
     for k, v in (m.get("metrics") or {}).items():

@@ -1,10 +1,13 @@
 """One row of ``measurements.jsonl``: a burst (method v2), as one typed record.
 
-``Burst`` is the row: which burst it was (server, cell, cycle, place in the job's order) and what it measured
-(``BurstFigures``: counts, throughput, latency percentiles) plus the engine's metrics over it. ``to_json`` writes
-the flat row that ``lorabench.burst/2`` has always been (every field name and value as before, so committed
-studies read unchanged); ``from_json`` reads one back. The per-request rows of ``records.jsonl`` carry the same
-identity fields (``Burst.identity``).
+``Burst`` is the row: which burst it was (server, cell, cycle, place in the job's order and in its cycle), what
+it measured (``BurstFigures``: counts, throughput, latency percentiles) plus the engine's metrics over it, and what
+came before it on the server (``slot_state.SlotState``: its predecessor and the adapters inferred resident; rows
+written before the random order per cycle, 2026-12-07, lack these four fields). ``to_json`` writes the flat row
+that ``lorabench.burst/2`` has always been (every field name and value as before, the slot state's fields added
+beside them where recorded: a reader that does not know them reads the row as before, so the schema keeps its
+version); ``from_json`` reads one back. The per-request rows of ``records.jsonl`` carry the same identity fields
+(``Burst.identity``), not the slot state.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 
 from ..loadgen.client import RequestRecord
 from ..median import outliers_below
+from .slot_state import SlotState
 
 BURST_SCHEMA = "lorabench.burst/2"
 
@@ -131,7 +135,8 @@ def measurement_row(
 class Burst:
     """One row of ``measurements.jsonl``: a warm-up or measured burst of one cell (``cycle`` and ``position``
     only for measured ones), its figures and the engine's metrics over it (``metrics``, extended after the burst
-    with the front end's CPU share, GPU clocks and busy share, the host's state over the cycle)."""
+    with the front end's CPU share, GPU clocks and busy share, the host's state over the cycle), and what came
+    before it on the server (``slot_state``; None in rows written before it was recorded)."""
 
     server: str
     condition: str
@@ -145,13 +150,14 @@ class Burst:
     figures: BurstFigures
     metrics: dict[str, Any] = field(default_factory=dict)
     cycle: int | None = None
-    position: int | None = None  # place in the cycle
+    position: int | None = None  # place in the cycle (0 first), in the cycle's order drawn at random
+    slot_state: SlotState | None = None  # predecessor, adapters inferred resident at its start, its own adapters
 
     def identity(self) -> dict[str, Any]:
         """The fields naming the burst (also on each of its requests' rows in ``records.jsonl``)."""
         out: dict[str, Any] = {"schema": BURST_SCHEMA}
         for f in fields(self):
-            if f.name in ("figures", "metrics"):
+            if f.name in ("figures", "metrics", "slot_state"):
                 continue
             v = getattr(self, f.name)
             if v is not None or f.name not in ("cycle", "position"):
@@ -159,7 +165,8 @@ class Burst:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.identity(), **self.figures.to_json(), "metrics": self.metrics}
+        state = self.slot_state.to_json() if self.slot_state is not None else {}
+        return {**self.identity(), **state, **self.figures.to_json(), "metrics": self.metrics}
 
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> Burst:
@@ -167,8 +174,9 @@ class Burst:
             raise ValueError(f"burst row: schema {row.get('schema')!r}, expected {BURST_SCHEMA!r}")
         names = {f.name for f in fields(BurstFigures)}
         figures = BurstFigures(**{k: row[k] for k in names})
-        own = {f.name for f in fields(cls)} - {"figures", "metrics"}
-        return cls(figures=figures, metrics=dict(row.get("metrics") or {}), **{k: row[k] for k in own if k in row})
+        own = {f.name for f in fields(cls)} - {"figures", "metrics", "slot_state"}
+        return cls(figures=figures, metrics=dict(row.get("metrics") or {}), slot_state=SlotState.from_row(row),
+                   **{k: row[k] for k in own if k in row})  # fmt: skip
 
     @property
     def ok(self) -> bool:

@@ -1,9 +1,12 @@
 """Method v2: a server job measures in cycles of interleaved bursts.
 
 A cell is condition x burst size x streamed or not. A cycle is one burst of every cell of the server, in an order
-rotated by one place each cycle (so each cell takes every position equally often). Throughput is read from the
-non-streamed bursts, TTFT and inter-token latencies from the streamed ones (``stream: both``, the default; ``on``
-streams every burst and reads throughput from them too; ``off`` streams none).
+drawn at random for that cycle (``cycle_order``: a permutation seeded by the workload's seed and the cycle's number,
+so a run repeats its orders and the rows record each burst's place in its cycle). A fixed rotation gave each cell the
+same predecessor in every cycle, and the state a predecessor leaves (adapters resident in the slots) biased that
+cell in a way no interval shows (shared/evidence/carry-over); a random order lets each cell follow every other.
+Throughput is read from the non-streamed bursts, TTFT and inter-token latencies from the streamed ones (``stream:
+both``, the default; ``on`` streams every burst and reads throughput from them too; ``off`` streams none).
 
 Cycles repeat until every comparison of the server is within its target, or a maximum number of cycles or of
 measuring seconds is reached. After the minimum cycles, with ``focus``, a cycle measures only the cells still
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -47,10 +51,18 @@ def cycle_cells(conditions: list[str], bursts: list[int], stream: str) -> list[C
     return [Cell(c, b, s) for c in conditions for b in sorted(bursts) for s in STREAM_MODES[stream]]
 
 
-def cycle_order(cells: list[Cell], cycle: int) -> list[Cell]:
-    """The cells of cycle ``cycle``: the list rotated by ``cycle`` places."""
-    k = cycle % len(cells) if cells else 0
-    return cells[k:] + cells[:k]
+ORDER_SALT = "lorabench.cycle-order"  # keeps the order's draws apart from the request set's, which share the seed
+
+
+def cycle_order(cells: list[Cell], cycle: int, seed: int) -> list[Cell]:
+    """The cells of cycle ``cycle`` in a random order of their own: a fresh permutation per cycle, drawn from the
+    seed and the cycle's number (a string seed, hashed by ``random`` with SHA-512, not Python's salted hash: the
+    same in every process), so the same seed gives the same orders and every cell still runs once per cycle.
+    Over many cycles each cell follows each other cell about equally often; a Williams design would balance that
+    exactly in fewer cycles (docs/methodology.md)."""
+    out = list(cells)
+    random.Random(f"{ORDER_SALT}/{seed}/{cycle}").shuffle(out)
+    return out
 
 
 def throughput_stream(stream: str) -> bool:
@@ -171,9 +183,11 @@ async def run_cycles(
     start: int,
     until_cycle: int | None,
     stream: str,
+    seed: int = 0,
 ) -> None:
     """Cycles on the server now serving (``start`` of the job's server starts), numbered on from
-    ``progress.cycles``, until ``until_cycle`` (an earlier start's share) or, where it is None, the stop rule."""
+    ``progress.cycles``, until ``until_cycle`` (an earlier start's share) or, where it is None, the stop rule;
+    each in its own order (``cycle_order`` with ``seed``)."""
     tp_stream = throughput_stream(stream)
     while True:
         cycle = progress.cycles
@@ -182,7 +196,7 @@ async def run_cycles(
         this = focused(cells, progress, targets, tp_stream) if until_cycle is None else cells
         if len(this) < len(cells) and not progress.focused_from:
             progress.focused_from = cycle
-        order = cycle_order(this, cycle)
+        order = cycle_order(this, cycle, seed)
         for pos, cell in enumerate(order):
             value, wall = await burst(cell, cycle, pos, len(order))
             progress.measuring_s += wall

@@ -1,6 +1,8 @@
 """The load test's measuring on a ready server (method v2): the canary, the warm-up, the cycles of bursts
 (``cycles``: the loop and its stop rule; ``Measurer.cycle_burst`` runs one burst), the probes, and where the time
 went. Each burst becomes one ``burst.Burst`` row and one row per request; nothing here starts or stops a server.
+Each row also records what came before it on the server (``slot_state``: the burst sent just before it and the
+adapters inferred resident in the slots when it started), kept by one ``SlotHistory`` reset at every server start.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ..server import ServerStartError
 from .burst import Burst, BurstFigures, median_ms, pct_ms
 from .cycles import Cell, Progress, Targets, cycle_cells, run_cycles
 from .probes import canary, probe_server
+from .slot_state import SlotHistory, SlotState
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +64,18 @@ def requests_of(
         )
         for a, rid, (prompt, max_tokens) in zip(adapters, ids, shapes, strict=True)
     ]
+
+
+def cell_adapters(rset: dict[str, Any], cell: Cell) -> list[str]:
+    """The adapters of one burst of a cell, in request order ("base" for the base model)."""
+    return [r["adapter"] for r in rset["sets"][set_key(cell.condition, cell.burst)]]
+
+
+def adapter_slots(engine: Engine, spec: ServerSpec) -> int | None:
+    """The server's adapter slots: 0 with LoRA off, else its max_loras or the engine's default (None: unknown)."""
+    if not spec.lora:
+        return 0
+    return spec.max_loras if spec.max_loras is not None else engine.default_max_loras
 
 
 def requests_for(
@@ -162,12 +177,14 @@ class Measurer:
     order: int = 0  # measured bursts so far: each burst's place in the job's order
     _cycle_start: dict[str, Any] | None = None  # the host's counters at the start of the cycle under way
     _cycle_rows: list[Burst] = field(default_factory=list)  # the bursts of the cycle under way
+    slots: SlotHistory = field(init=False)  # the bursts sent on the server start now serving (slot_state)
 
     def __post_init__(self) -> None:
         job = self.job
         self.progress = Progress(
             job.reference or job.conditions[0], list(job.conditions), list(job.bursts), dict(job.references)
         )
+        self.slots = SlotHistory(adapter_slots(self.engine, self.spec))
 
     def _check_server(self, where: str) -> None:
         code = self.server_exit()
@@ -186,7 +203,7 @@ class Measurer:
 
     async def one_burst(self, cell: Cell, tag: str, metrics: str) -> tuple[list[RequestRecord], list[dict[str, Any]]]:
         """One burst of a cell, with the garbage collector quiet throughout and metrics scraped as ``metrics``
-        says (``during``: while in flight; ``between``: once, after it)."""
+        says (``during``: while in flight; ``between``: once, after it). The caller records it in ``slots``."""
         sampler = self._sampler()
         with quiet_gc(self.job.harness["gc"]):
             if metrics == "during":
@@ -200,14 +217,18 @@ class Measurer:
 
     async def warm_up(self, cells: list[Cell]) -> None:
         """Every cell, recorded, flagged, excluded from statistics; scraped while in flight, so queue depths are
-        seen for every condition whatever the measurements do."""
+        seen for every condition whatever the measurements do. A fresh server: the slot history starts here."""
         t0 = time.monotonic()
+        self.slots.reset()
         for cell in cells:
             for w in range(self.job.warmup_bursts):
                 mid = f"warmup/{cell_id(cell)}/{w}" + (f"/start{self.instance}" if self.instance else "")
                 metrics = "off" if self.job.harness["metrics"] == "off" else "during"
+                adapters = cell_adapters(self.rset, cell)
+                state = self.slots.before(adapters)
                 recs, samples = await self.one_burst(cell, f"warmup{w}", metrics)
-                b = self._keep(recs, samples, self._burst(cell, -1 - w, -1, True, mid, recs))
+                self.slots.after(cell_id(cell), mid, adapters)
+                b = self._keep(recs, samples, self._burst(cell, -1 - w, -1, True, mid, recs, slot_state=state))
                 log.info("warm-up %-24s: %8.1f tok/s, %d errors", cell_id(cell), b.figures.throughput_tok_s,
                          b.figures.n_errors)  # fmt: skip
         self.timing["warmup_s"] += time.monotonic() - t0
@@ -222,6 +243,7 @@ class Measurer:
         recs: list[RequestRecord],
         cycle: int | None = None,
         position: int | None = None,
+        slot_state: SlotState | None = None,
     ) -> Burst:
         return Burst(
             server=self.spec.server_id,
@@ -236,6 +258,7 @@ class Measurer:
             figures=BurstFigures.of([recs], self.job.outlier_fraction),
             cycle=cycle,
             position=position,
+            slot_state=slot_state,
         )
 
     def _keep(self, recs: list[RequestRecord], samples: list[dict[str, Any]], b: Burst) -> Burst:
@@ -256,13 +279,16 @@ class Measurer:
         if position == 0 and self.host is not None:
             self._cycle_start = self.host.snapshot()
             self._cycle_rows = []
+        adapters = cell_adapters(self.rset, cell)
+        state = self.slots.before(adapters)
         fe0 = self._front_end_ticks()
         recs, samples = await self.one_burst(cell, mid, self.job.harness["metrics"])
         w1 = time.time()
         fe1 = self._front_end_ticks()
+        self.slots.after(cell_id(cell), mid, adapters)
         self._check_server(f"burst {mid}")
         b = self._keep(recs, samples, self._burst(cell, cycle, self.order, False, mid, recs, cycle=cycle,
-                                                  position=position))  # fmt: skip
+                                                  position=position, slot_state=state))  # fmt: skip
         self.order += 1
         share = cpu_share(fe0, fe1, w1 - w0)
         if share is not None:
@@ -298,11 +324,12 @@ class Measurer:
         cells = cycle_cells(job.conditions, job.bursts, job.stream)
         await self.warm_up(cells)
         await run_cycles(self.cycle_burst, cells, self.progress, job_targets(job), self.instance, until_cycle,
-                         job.stream)  # fmt: skip
+                         job.stream, seed=job.shuffle_seed)  # fmt: skip
         probes = await probe_server(self.session, self.base_url, self.engine, self.spec)
         probes["gpu_memory_peak_mib"] = self.gpu_peak or None
         probes["canary"] = checked
         probes["cycles"] = {"cycles": self.progress.cycles, "stop_reason": self.progress.stop_reason,
                             "measuring_s": round(self.progress.measuring_s, 2),
-                            "focused_from": self.progress.focused_from or None}  # fmt: skip
+                            "focused_from": self.progress.focused_from or None,
+                            "order": "random per cycle", "order_seed": job.shuffle_seed}  # fmt: skip
         return probes
