@@ -38,6 +38,7 @@ import argparse
 import math
 import statistics
 import sys
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -46,6 +47,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
+from lorabench.archive import unpack_study  # noqa: E402
 from lorabench.config import load_file, prefix_cache_servers, rate_sweep_mixes, runtime_load_servers  # noqa: E402
 from lorabench.engines import get_engine  # noqa: E402
 from lorabench.io import read_json, read_jsonl, stored  # noqa: E402
@@ -530,13 +532,17 @@ def main(argv: list[str] | None = None) -> int:
     for flag, s in [*(("--from", x) for x in args.studies), *((("--left", args.left),) if args.left else ())]:
         if not Path(s).is_dir():
             ap.error(f"{flag} {s}: no such folder")
+    # a published study keeps its jobs in its archive: read from an unpacked copy
+    unpacked = tempfile.TemporaryDirectory(prefix="estimate-")
+    paths = {s: unpack_study(Path(s), Path(unpacked.name) / str(i)) for i, s in enumerate([*args.studies, args.left])
+             if s}  # fmt: skip
     config = load_file(args.config)
     unknown = sorted(set(args.engines or []) - set(config["engines"]))
     if unknown:
         ap.error(f"--engines {' '.join(unknown)}: not an engine of {args.config} (known: {sorted(config['engines'])})")
     want = config["model"].get("architecture")
-    archs = {s: study_architecture(Path(s)) for s in args.studies}
-    per_study = {s: calibrate([Path(s)]) for s in args.studies}  # each study read once
+    archs = {s: study_architecture(paths[s]) for s in args.studies}
+    per_study = {s: calibrate([paths[s]]) for s in args.studies}  # each study read once
     # A study of another model times other bursts: an engine's jobs are timed from the studies of this model where
     # some measured that engine with the job's LoRA setting, from all of them otherwise (a Qwen3-8B cycle was put at
     # 14 s from the 1.7B's and 8B's jobs pooled, at 26 s from the 8B's alone; it took 35 on an H100), and from the
@@ -558,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"note: {s} measured {archs[s]}, this study {want}: {why}")
     rows = estimate(config, timings, args.engines, args.hardware)
     if args.left:
-        done = saved_and_current(Path(args.left), config)
+        done = saved_and_current(paths[args.left], config)
         for r in rows:
             r.done = r.job in done
     if args.targets:

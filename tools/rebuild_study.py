@@ -87,8 +87,9 @@ def stage(cfg: dict, res: Path, work: Path) -> None:
             _copy_job(res / "servers" / s, dst, SERVER_OUTPUTS)
             # Facts are re-read from each server's log with this checkout's parsers, then published with the study.
             facts = read_json(dst / "facts.json")
-            if facts.get("status") == "ok":
-                facts["log"] = get_engine(facts["engine"]).parse_log((dst / "server.log").read_text(errors="replace"))
+            log = (dst / "server.log").read_text(errors="replace")
+            if facts.get("status") == "ok" and not log.startswith("# left out of the study archive"):
+                facts["log"] = get_engine(facts["engine"]).parse_log(log)
                 write_json(dst / "facts.json", facts)
             continue
         # A server not measured yet (a study spread over several stretches of machine time) is listed as such.

@@ -4,7 +4,8 @@ engines' versions, two machines).
 
 usage: .venv/bin/python tools/verdicts_side_by_side.py STUDY_DIR [STUDY_DIR ...] [--all]
 
-Each STUDY_DIR holds claims/verdicts.json (a study's claims_evaluate output, as committed under studies/). Rows
+Each STUDY_DIR holds verdicts.json (a study's claims_evaluate output, as committed under studies/) or
+claims/verdicts.json (a run's results folder). Rows
 whose verdict is "not comparable" or "not run" in every study are left out unless --all is given; the counts per
 study close the table.
 """
@@ -19,7 +20,9 @@ QUIET = ("not comparable", "not run")
 
 
 def load(study: Path) -> dict:
-    path = study / "claims" / "verdicts.json"
+    path = study / "verdicts.json"
+    if not path.exists():
+        path = study / "claims" / "verdicts.json"
     if not path.exists():
         raise SystemExit(f"{path}: no verdicts (run the study, or tools/rebuild_study.py, first)")
     return json.loads(path.read_text())

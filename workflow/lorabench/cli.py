@@ -1,7 +1,9 @@
-"""Command line: ``lorabench bundle verify|render``, ``lorabench job KIND SPEC.json`` (a job without Snakemake,
-e.g. on a GPU box; KIND is loadtest, runtime_load, prefix_cache or rate_sweep; SPEC holds ``job``, the rule's
-params, ``kind``, the kind's params where it has any (``jobs.JobKind.to_json``), ``inputs``, its input files by
-name as ``lorabench.job.input_paths`` gives them, and ``out_dir``), ``lorabench check-config CONFIG``."""
+"""Command line: ``lorabench bundle verify|render`` (a run's bundle or a study archive), ``lorabench study
+pack|check`` (publish a run's results as a study archive, check a published study against its archive),
+``lorabench job KIND SPEC.json`` (a job without Snakemake, e.g. on a GPU box; KIND is loadtest, runtime_load,
+prefix_cache or rate_sweep; SPEC holds ``job``, the rule's params, ``kind``, the kind's params where it has any
+(``jobs.JobKind.to_json``), ``inputs``, its input files by name as ``lorabench.job.input_paths`` gives them, and
+``out_dir``), ``lorabench check-config CONFIG``."""
 
 from __future__ import annotations
 
@@ -35,6 +37,19 @@ def main(argv: list[str] | None = None) -> int:
         default=Path("."),
         help="lorabench checkout whose report/templates render the report (its commit goes in the provenance)",
     )
+    st = sub.add_parser(
+        "study", help="publish a run as a study archive, or check a published study against its archive"
+    )
+    st_sub = st.add_subparsers(dest="action", required=True)
+    sp = st_sub.add_parser("pack", help="a results folder as DIR/archive.tar.xz, with the tables rebuilt from it")
+    sp.add_argument("results", type=Path, help="a finished run's results folder")
+    sp.add_argument("--config", type=Path, required=True, help="the study's config file (merged as a run merges it)")
+    sp.add_argument("--out", type=Path, required=True, help="the study folder to write (summary.csv, verdicts.json)")
+    sp.add_argument("--study", help="the name to publish under (default: the config's study)")
+    sp.add_argument("--checkout", type=Path, default=Path("."), help="lorabench checkout (claims registry, code)")
+    sc = st_sub.add_parser("check", help="verify each study's archive and compare the tables rebuilt from it")
+    sc.add_argument("folders", type=Path, nargs="+", help="study folders (each holding archive.tar.xz)")
+    sc.add_argument("--checkout", type=Path, default=Path("."), help="lorabench checkout (claims registry, code)")
     c = sub.add_parser("check-config", help="validate a study config and exit")
     c.add_argument("config", type=Path)
     j = sub.add_parser("job", help="run one job from a JSON spec")
@@ -43,6 +58,21 @@ def main(argv: list[str] | None = None) -> int:
     j.add_argument("--log", type=Path)
     args = ap.parse_args(argv)
 
+    if args.cmd == "study":
+        return _study(args)
+    if args.cmd == "bundle" and _is_archive(args.bundle):
+        from .archive import ArchiveError, read, rebuild
+
+        try:
+            arch = read(args.bundle)
+        except ArchiveError as e:
+            print(f"{e}", file=sys.stderr)
+            return 1
+        print(f"{args.bundle}: OK (every checksum matches; {arch.index['schema']})")
+        if args.action == "render":
+            setup_job_logging(None)
+            print(rebuild(arch, args.out, args.checkout.resolve()).report)
+        return 0
     if args.cmd == "bundle":
         from .bundle import render_from_bundle, verify_bundle
 
@@ -80,6 +110,53 @@ def main(argv: list[str] | None = None) -> int:
         run_job(kind, job, JobFiles.of(argparse.Namespace(**spec["inputs"])), Path(spec["out_dir"]))
         return 0
     return 2
+
+
+def _is_archive(path: Path) -> bool:
+    from .archive import is_study_archive
+
+    return path.is_file() and is_study_archive(path)
+
+
+def _study(args: argparse.Namespace) -> int:
+    import shutil
+    import tempfile
+
+    from . import archive
+    from .config import ConfigError, load_file
+
+    checkout = args.checkout.resolve()
+    if args.action == "pack":
+        try:
+            cfg = load_file(args.config)
+        except ConfigError as e:
+            print(f"{args.config}: {e}", file=sys.stderr)
+            return 2
+        setup_job_logging(None)
+        try:
+            out = archive.pack_results(args.results, cfg, args.study or cfg["study"], args.out / archive.NAME)
+            with tempfile.TemporaryDirectory() as tmp:
+                built = archive.rebuild(archive.read(out), Path(tmp), checkout, report=False)
+                shutil.copy(built.summary_csv, args.out / "summary.csv")
+                shutil.copy(built.verdicts, args.out / "verdicts.json")
+        except archive.ArchiveError as e:
+            print(f"{e}", file=sys.stderr)
+            return 1
+        print(f"{out}: {out.stat().st_size / 1e6:.2f} MB; {args.out}/summary.csv and verdicts.json rebuilt from it")
+        return 0
+    failed = 0
+    setup_job_logging(None)
+    for folder in args.folders:
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                problems = archive.check_published(folder, checkout, Path(tmp))
+            except archive.ArchiveError as e:
+                problems = [str(e)]
+        failed += bool(problems)
+        print(f"{folder}: {'OK' if not problems else 'FAILED'}")
+        for p in problems:
+            print(f"  {p}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
