@@ -17,6 +17,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 FIXTURES = ROOT / "tests" / "fixtures"
+# Committed studies as the tests read them: each one's files that some test reads, cut from its records
+# (tests/fixtures/cut.py, tests/fixtures/README.md). Tests read these, never studies/ (only test_study_archives.py
+# does: it checks each study's archive).
+STUDIES = FIXTURES / "studies"
 
 
 # The default study's measurement, lighter for the tests (they check behaviour, not figures; `make study` runs it

@@ -1,14 +1,15 @@
-"""benchmarks/capacity_table.py on the committed H200 grid sweeps (studies/capacity-h200/grid-2026-12-03): the
-capacity rows as the report gives them, each cycle's bracket, and TTFT per adapter."""
+"""benchmarks/capacity_table.py on the committed H200 grid sweeps (capacity-h200/grid-2026-12-03, as
+tests/fixtures/studies/ keeps them): the capacity rows as the report gives them, each cycle's bracket, and TTFT per
+adapter."""
 
 from __future__ import annotations
 
 import pytest
 
-from .conftest import ROOT
+from .conftest import ROOT, STUDIES
 from .support.scripts import benchmark
 
-GRID = ROOT / "studies" / "capacity-h200" / "grid-2026-12-03" / "rate_sweep"
+GRID = STUDIES / "capacity-h200" / "grid-2026-12-03" / "rate_sweep"
 
 
 def _module():
@@ -29,7 +30,7 @@ def test_rows_cycles_and_adapters_of_the_grid_sweeps(capsys, monkeypatch):
     assert "t-000 46: 40/" in line and "t-001 22: 1308/" in line
 
 
-SWEEPS = ROOT / "studies" / "capacity-h200" / "rate_sweep"
+SWEEPS = STUDIES / "capacity-h200" / "rate_sweep"
 
 
 def test_the_runs_judged_against_another_slo_take_tpot_from_the_records(capsys, monkeypatch):

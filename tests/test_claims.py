@@ -10,7 +10,7 @@ from lorabench.claims import Context, Verdict, _below_margin, _decide_threshold,
 from lorabench.engines.base import models_listed_ok
 from lorabench.io import read_json
 
-from .conftest import FIXTURES, ROOT
+from .conftest import FIXTURES, ROOT, STUDIES
 
 RUN = FIXTURES / "cpu-run"
 
@@ -208,7 +208,7 @@ def test_spread_claims_have_no_direction():
 def test_claims_about_one_engine_are_judged_on_that_engines_jobs_only():
     # The committed two-engine H200 study: SGLang lists adapters by their own names (requests select them as
     # BASE:ADAPTER), loads adapters faster than vLLM, and its first server was the slowest to get ready.
-    study = ROOT / "studies" / "h200-1.7b"
+    study = STUDIES / "h200-1.7b"
     two = Context(
         read_json(study / "summary" / "summary.json"),
         read_json(study / "model" / "manifest.json"),
@@ -304,7 +304,7 @@ def test_sglangs_slot_cliff_in_ttft_is_judged_on_the_ratio_paired_per_cycle(n32_
 def test_a_ratio_verdict_carries_the_span_it_was_tested_against():
     # vLLM PR #11267's one rank-8 adapter on the H200 (studies/llama2-7b-rank16-h200): across two servers, so the
     # span is what the two cells' intervals allow; the report shows it beside the figure
-    study = ROOT / "studies" / "llama2-7b-rank16-h200"
+    study = STUDIES / "llama2-7b-rank16-h200"
     ctx7b = Context(
         read_json(study / "summary" / "summary.json"),
         read_json(study / "model" / "manifest.json"),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from lorabench.io import read_json, read_jsonl, write_json
 
-from .conftest import FIXTURES, ROOT
+from .conftest import FIXTURES, ROOT, STUDIES
 
 RUN = FIXTURES / "cpu-run"
 
@@ -143,9 +143,10 @@ def test_rebuild_stages_rate_sweeps_and_publishes_the_capacity_tables(tmp_path: 
 
 
 def test_a_study_whose_prompts_need_the_tokenizer_rebuilds_from_its_saved_request_set(tmp_path: Path):
-    """studies/prefill-decode-h200: its long prompts have a length in tokens, which only the model's tokenizer can
-    make again, and the weights stay behind; the gzipped request set published with it stands in."""
-    study = ROOT / "studies" / "prefill-decode-h200"
+    """prefill-decode-h200 (its vLLM server, as the study keeps it: tests/fixtures/studies/): its long prompts have a
+    length in tokens, which only the model's tokenizer can make again, and the weights stay behind; the gzipped
+    request set published with it stands in."""
+    study = STUDIES / "prefill-decode-h200"
     config = "config/studies/prefill-decode-h200.yaml"
     res, out = tmp_path / "results", tmp_path / "study"
     restore = [sys.executable, str(ROOT / "dev" / "study_results.py"), "restore", str(study), str(res), config]
@@ -159,7 +160,7 @@ def test_a_study_whose_prompts_need_the_tokenizer_rebuilds_from_its_saved_reques
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert (out / "workload" / "requests.json.gz").read_bytes() == (study / "workload/requests.json.gz").read_bytes()
     phases = read_json(out / "summary" / "summary.json")["phases"]
-    assert phases == read_json(study / "summary" / "summary.json")["phases"]
+    assert phases == read_json(study / "summary" / "summary.json")["phases"]  # the study's, of its vLLM server
     assert {p["workload"] for p in phases} == {"default", "long-prompt"}
     # vLLM's bursts of 48 there followed the GPU's busy share: the claim judged on them says why its span is wide
     why = {c["id"]: c["why"] for c in read_json(out / "claims" / "verdicts.json")["claims"]}

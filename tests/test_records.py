@@ -7,11 +7,11 @@ import math
 from lorabench.io import read_json
 from lorabench.records import BurstScaling, Comparison, EngineComparison, RatioSpan
 
-from .conftest import ROOT
+from .conftest import STUDIES
 
 
 def test_records_read_and_write_a_committed_summary_unchanged():
-    summary = read_json(ROOT / "studies/h200-8b/summary/summary.json")  # kept as summary.json.gz
+    summary = read_json(STUDIES / "h200-8b/summary/summary.json")  # kept as summary.json.gz
     for key, cls in (("comparisons", Comparison), ("engine_comparison", EngineComparison),
                      ("burst_scaling", BurstScaling)):  # fmt: skip
         assert summary[key], key

@@ -15,7 +15,7 @@ from lorabench.report import environment
 from lorabench.report_model import _engine_rows, findings, gpu_bandwidths, rank_rows, roofline
 from lorabench.roles import condition_roles, derived_role, role_conditions
 
-from .conftest import FIXTURES, ROOT
+from .conftest import FIXTURES, ROOT, STUDIES
 
 RUN = FIXTURES / "cpu-run"
 DEFAULT = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
@@ -217,7 +217,7 @@ def test_a_finding_about_one_engine_carries_only_the_claims_about_that_engine_or
     from lorabench.claims import claim_engines
     from lorabench.config import load_file
 
-    study = ROOT / "studies" / "h200-8b"
+    study = STUDIES / "h200-8b"
     summary, verdicts = read_json(study / "summary/summary.json"), read_json(study / "claims/verdicts.json")
     cfg = load_file(str(ROOT / "config" / "gpu-h200-8b.yaml"))
     engines = claim_engines(verdicts["claims"])
@@ -244,7 +244,7 @@ def test_a_side_job_claim_naming_no_engine_stays_with_the_first_job_that_ran():
     # SGLang's runtime-loading job of the committed H200 study, then the same figures as if two vLLM jobs had run
     sglang = next(
         r
-        for r in read_json(ROOT / "studies/h200-8b/summary/summary.json")["runtime"]
+        for r in read_json(STUDIES / "h200-8b/summary/summary.json")["runtime"]
         if r["status"] == "ok" and r["engine"] == "sglang"
     )
     jobs = [sglang, {**sglang, "engine": "vllm"}, {**sglang, "engine": "vllm"}]

@@ -13,7 +13,7 @@ from lorabench.loadgen.client import RequestRecord
 from lorabench.measure.burst import measurement_row
 from lorabench.summary import aggregate, engine_comparison, summarize_cell
 
-from .conftest import FIXTURES, ROOT
+from .conftest import FIXTURES, STUDIES
 
 RUN = FIXTURES / "cpu-run"
 
@@ -158,7 +158,7 @@ def test_a_comparison_whose_slow_bursts_are_those_the_gpu_waited_in_says_so(tmp_
     # their target
     from lorabench.stats import paced_by
 
-    study = ROOT / "studies/h200-8b"
+    study = STUDIES / "h200-8b"
     srv = study / "servers/vllm-lora-4"
     out = {k: str(tmp_path / f"out-{k}") for k in ("measurements", "summary", "facts", "json")}
     summary = aggregate([str(srv / "measurements.jsonl")], [str(srv / "facts.json")], [], [], None,

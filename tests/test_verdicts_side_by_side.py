@@ -1,4 +1,5 @@
-"""tools/verdicts_side_by_side.py on the committed H200 studies: one row per claim some study could judge."""
+"""tools/verdicts_side_by_side.py on two committed H200 studies' verdicts (a few claims of each:
+tests/fixtures/studies/): one row per claim some study could judge."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from .conftest import ROOT, STUDIES
+
 sys.path.insert(0, str(ROOT / "tools"))
 import verdicts_side_by_side as vs  # noqa: E402
 
 
 def test_each_study_has_a_column_and_judged_claims_a_row():
-    lines = vs.table([ROOT / "studies" / "h200-8b", ROOT / "studies" / "h200-1.7b"])
+    lines = vs.table([STUDIES / "h200-8b", STUDIES / "h200-1.7b"])
     assert lines[0] == "| claim | claimed | h200-8b | h200-1.7b |"
     row = next(x for x in lines if x.startswith("| s3-b48-adapter-a |"))
     assert row.count("|") == 5 and "%" in row
