@@ -117,3 +117,31 @@ def test_bad_rate_sweep_names_the_key(change, expected):
     with pytest.raises(ConfigError) as e:
         check(cfg)
     assert expected in str(e.value)
+
+
+def test_a_key_that_moved_names_what_replaced_it():
+    cfg = copy.deepcopy(DEFAULT) | {"bursts_per_measurement": 3, "min_measurement_s": 2.0, "repetitons": 3}
+    with pytest.raises(ConfigError) as e:
+        check(cfg)
+    lines = str(e.value).split("\n  ")
+    assert lines[1:] == [
+        "unknown key(s): repetitons",  # a typo: nothing to say
+        "unknown key(s): bursts_per_measurement (replaced by repetitions, max_repetitions: method v2 measures one "
+        "burst of each cell per cycle and repeats cycles, not bursts within a measurement)",
+        "unknown key(s): min_measurement_s (replaced by target_points, target_ci_pct: method v2 measures until an "
+        "interval is narrow enough, not for a minimum time (up to max_repetitions cycles and max_measuring_s "
+        "seconds))",
+    ]
+
+
+def test_a_moved_key_below_a_map_is_found_by_its_path(monkeypatch: pytest.MonkeyPatch):
+    from lorabench import config as config_module
+
+    moved = config_module.MovedKey((), "a knob of an earlier version")
+    monkeypatch.setitem(config_module.MOVED_KEYS, "servers.ID.old_knob", moved)
+    assert config_module.moved_key("servers.lora-2.old_knob") is moved
+    assert config_module.moved_key("servers.old_knob") is None and config_module.moved_key("old_knob") is None
+    cfg = copy.deepcopy(DEFAULT)
+    cfg["servers"]["lora-2"]["old_knob"] = 1
+    with pytest.raises(ConfigError, match=r"unknown key\(s\): servers\.lora-2\.old_knob \(removed: a knob of an"):
+        check(cfg)

@@ -86,3 +86,16 @@ def test_the_examples_together_are_a_study_that_loads(monkeypatch: pytest.Monkey
     config = load_and_check(ref.examples())
     assert config["conditions"]["many"]["adapters"] == [f"m-{i:03d}" for i in range(8)]
     assert config["repetitions"] == 8 and config["outlier_fraction"] == 0.75  # given, and filled from the schema
+
+
+def test_the_keys_that_moved_are_gone_their_replacements_exist_and_the_readme_lists_them():
+    from lorabench.config import MOVED_KEYS
+
+    keys = {d.path for d in ref.key_docs(ref.load_schema())}
+    assert MOVED_KEYS and not [k for k in MOVED_KEYS if k in keys]
+    assert [(k, r) for k, m in MOVED_KEYS.items() for r in m.replaced_by if r not in keys] == []
+    text = README.read_text()
+    assert "### Keys that moved" in text
+    for key, moved in MOVED_KEYS.items():
+        assert f"| `{key}` | replaced by {', '.join(f'`{r}`' for r in moved.replaced_by)}: {moved.why} |" in text
+    assert "### Keys that moved" not in ref.reference(ref.load_schema(), moved={})

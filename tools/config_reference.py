@@ -2,8 +2,10 @@
 
 Every key of workflow/schemas/config.schema.yaml becomes one row (its dotted path, type, default and the schema's
 description), grouped by section; each section ends with a short example (written here, and checked by
-tests/test_config_reference.py: the examples of all sections together are a study that loads). Only the part of
-config/README.md between the two REFERENCE markers is generated; the prose above and below them is kept.
+tests/test_config_reference.py: the examples of all sections together are a study that loads). The reference ends
+with the keys that moved (removed or renamed keys and what replaced them: ``MOVED_KEYS`` of lorabench.config, the
+table the unknown-key error reads). Only the part of config/README.md between the two REFERENCE markers is generated;
+the prose above and below them is kept.
 
 usage: .venv/bin/python tools/config_reference.py           rewrite the reference in config/README.md
        .venv/bin/python tools/config_reference.py --check   exit 1 if config/README.md is stale
@@ -21,6 +23,9 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflow"))
+from lorabench.config import MOVED_KEYS, MovedKey  # noqa: E402
+
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 README = ROOT / "config" / "README.md"
 BEGIN = (
@@ -313,8 +318,22 @@ def _table(docs: list[KeyDoc]) -> list[str]:
     return lines
 
 
-def reference(schema: dict[str, Any]) -> str:
-    """The generated part of config/README.md, markers included."""
+def _moved_table(moved: dict[str, MovedKey]) -> list[str]:
+    lines = ["| key | now |", "|---|---|"]
+    for path, m in moved.items():
+        now = (
+            f"replaced by {', '.join(f'`{k}`' for k in m.replaced_by)}: {m.why}"
+            if m.replaced_by
+            else f"removed: {m.why}"
+        )
+        lines.append(f"| `{path}` | {_cell(now)} |")
+    return lines
+
+
+def reference(schema: dict[str, Any], moved: dict[str, MovedKey] | None = None) -> str:
+    """The generated part of config/README.md, markers included (``moved``: the keys that moved, by default
+    lorabench.config's ``MOVED_KEYS``)."""
+    moved = MOVED_KEYS if moved is None else moved
     docs = key_docs(schema)
     top = list(schema["properties"])
     placed = [k for s in SECTIONS for k in s.keys]
@@ -337,6 +356,14 @@ def reference(schema: dict[str, Any]) -> str:
         lines += ["", f"### {section.title}", "", section.intro, "", *_table(rows)]
         if section.example:
             lines += ["", "```yaml", *section.example.rstrip("\n").split("\n"), "```"]
+    if moved:
+        lines += ["", "### Keys that moved", ""]
+        lines.append(
+            "Keys of earlier versions that the schema no longer has: a config that gives one stops before any job "
+            "with `unknown key(s): KEY (replaced by ...)`, naming what took its place (`MOVED_KEYS` in "
+            "workflow/lorabench/config.py)."
+        )
+        lines += ["", *_moved_table(moved)]
     lines += ["", END]
     return "\n".join(lines) + "\n"
 

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,51 @@ SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
 
 class ConfigError(ValueError):
     """A study configuration that cannot run; the message names the key."""
+
+
+@dataclass(frozen=True)
+class MovedKey:
+    """A key the schema once had: the keys that took its place (none where nothing did) and why it went."""
+
+    replaced_by: tuple[str, ...]
+    why: str
+
+    def note(self) -> str:
+        if self.replaced_by:
+            return f"replaced by {', '.join(self.replaced_by)}: {self.why}"
+        return f"removed: {self.why}"
+
+
+# Keys removed from or renamed in workflow/schemas/config.schema.yaml, by dotted path (ID or NAME stands for any
+# entry of a map, as in config/README.md): a config written for an earlier version stops with an unknown key and
+# is told what replaced it. config/README.md lists them (tools/config_reference.py). When a key leaves the schema,
+# its row comes here (the three below went with method v2, commit 6cc2e1c; docs/methodology.md).
+MOVED_KEYS: dict[str, MovedKey] = {
+    "bursts_per_measurement": MovedKey(
+        ("repetitions", "max_repetitions"),
+        "method v2 measures one burst of each cell per cycle and repeats cycles, not bursts within a measurement",
+    ),
+    "max_bursts_per_measurement": MovedKey(
+        ("max_repetitions", "max_measuring_s"),
+        "method v2 bounds the cycles of a server job and the seconds its bursts take",
+    ),
+    "min_measurement_s": MovedKey(
+        ("target_points", "target_ci_pct"),
+        "method v2 measures until an interval is narrow enough, not for a minimum time (up to max_repetitions "
+        "cycles and max_measuring_s seconds)",
+    ),
+}
+
+
+def moved_key(path: str) -> MovedKey | None:
+    """The entry of ``MOVED_KEYS`` for a key's dotted path in a config (``servers.lora-2.x`` matches
+    ``servers.ID.x``), or None."""
+    parts = path.split(".")
+    for pattern, moved in MOVED_KEYS.items():
+        want = pattern.split(".")
+        if len(want) == len(parts) and all(w in ("ID", "NAME") or w == p for w, p in zip(want, parts, strict=True)):
+            return moved
+    return None
 
 
 def _path_of(err: jsonschema.ValidationError) -> str:
@@ -90,8 +136,11 @@ def validate_schema(config: dict[str, Any]) -> None:
             if e.validator == "additionalProperties":
                 extra = sorted(set(e.instance) - set(e.schema.get("properties", {})))
                 where = _path_of(e)
-                keys = ", ".join(f"{where}.{k}" if where != "(top level)" else k for k in extra)
-                lines.append(f"unknown key(s): {keys}")
+                paths = [f"{where}.{k}" if where != "(top level)" else k for k in extra]
+                plain = [p for p in paths if not moved_key(p)]
+                if plain:
+                    lines.append(f"unknown key(s): {', '.join(plain)}")
+                lines += [f"unknown key(s): {p} ({moved.note()})" for p in paths if (moved := moved_key(p))]
             elif isinstance(e.instance, bool) and e.validator in ("enum", "type", "pattern"):
                 lines.append(
                     f"{_path_of(e)}: {e.message}; {_YAML_BOOL_HINT}: quote the value (e.g. 'off') if a name was meant"
