@@ -3,7 +3,12 @@ pack|check`` (publish a run's results as a study archive, check a published stud
 ``lorabench job KIND SPEC.json`` (a job without Snakemake, e.g. on a GPU box; KIND is loadtest, runtime_load,
 prefix_cache or rate_sweep; SPEC holds ``job``, the rule's params, ``kind``, the kind's params where it has any
 (``jobs.JobKind.to_json``), ``inputs``, its input files by name as ``lorabench.job.input_paths`` gives them, and
-``out_dir``), ``lorabench check-config CONFIG``."""
+``out_dir``), ``lorabench check-config CONFIG`` (the checks a run makes of its config before any job, those of what
+an engine would refuse at start included), ``lorabench --version``.
+
+Exit codes (``EXIT_CODES``): 0 done, 1 a check failed (a bundle, an archive or a published study that does not
+verify), 2 a usage error (argparse: an unknown command or option, a missing argument), 3 a config that cannot run
+(the error names the key)."""
 
 from __future__ import annotations
 
@@ -11,6 +16,8 @@ import argparse
 import importlib
 import json
 import sys
+import tomllib
+from importlib import metadata
 from pathlib import Path
 
 from .io import setup_job_logging
@@ -24,8 +31,34 @@ JOB_KINDS = {
 }
 
 
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFIG = 0, 1, 2, 3
+EXIT_CODES = {
+    EXIT_OK: "done",
+    EXIT_FAILED: "a check failed (a bundle, an archive or a published study that does not verify)",
+    EXIT_USAGE: "usage error (an unknown command or option, a missing argument)",
+    EXIT_CONFIG: "a config that cannot run (the error names the key)",
+}
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+
+
+def version() -> str:
+    """The installed package's version, else the checkout's pyproject.toml's (run from a checkout not installed)."""
+    try:
+        return metadata.version("lorabench")
+    except metadata.PackageNotFoundError:
+        try:
+            return str(tomllib.loads(PYPROJECT.read_text())["project"]["version"])
+        except (OSError, KeyError, tomllib.TOMLDecodeError):
+            return "unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="lorabench")
+    ap = argparse.ArgumentParser(
+        prog="lorabench",
+        description="Multi-LoRA serving benchmarks: check a study config, run one job, publish or verify results.",
+        epilog="exit codes: " + "; ".join(f"{code} {what}" for code, what in EXIT_CODES.items()),
+    )
+    ap.add_argument("--version", action="version", version=f"lorabench {version()}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("bundle", help="verify a bundle or re-render its report")
     b.add_argument("action", choices=["verify", "render"])
@@ -50,7 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     sc = st_sub.add_parser("check", help="verify each study's archive and compare the tables rebuilt from it")
     sc.add_argument("folders", type=Path, nargs="+", help="study folders (each holding archive.tar.xz)")
     sc.add_argument("--checkout", type=Path, default=Path("."), help="lorabench checkout (claims registry, code)")
-    c = sub.add_parser("check-config", help="validate a study config and exit")
+    c = sub.add_parser(
+        "check-config",
+        help="check a study config as a run does before any job (keys, references, files, what an engine would "
+        "refuse at start) and exit: 0 OK, 3 not runnable",
+    )
     c.add_argument("config", type=Path)
     j = sub.add_parser("job", help="run one job from a JSON spec")
     j.add_argument("kind", choices=sorted(JOB_KINDS))
@@ -67,35 +104,51 @@ def main(argv: list[str] | None = None) -> int:
             arch = read(args.bundle)
         except ArchiveError as e:
             print(f"{e}", file=sys.stderr)
-            return 1
+            return EXIT_FAILED
         print(f"{args.bundle}: OK (every checksum matches; {arch.index['schema']})")
         if args.action == "render":
             setup_job_logging(None)
             print(rebuild(arch, args.out, args.checkout.resolve()).report)
         return 0
     if args.cmd == "bundle":
+        import tarfile
+
         from .bundle import render_from_bundle, verify_bundle
 
-        problems = verify_bundle(args.bundle)
+        try:
+            problems = verify_bundle(args.bundle)
+        except (OSError, tarfile.TarError) as e:
+            problems = [f"not a readable bundle (.tar.gz): {e}"]
         if problems:
             print(f"{args.bundle}: FAILED", file=sys.stderr)
             for p in problems:
                 print(f"  {p}", file=sys.stderr)
-            return 1
+            return EXIT_FAILED
         print(f"{args.bundle}: OK (every checksum matches)")
         if args.action == "render":
             setup_job_logging(None)
             print(render_from_bundle(args.bundle, args.out, args.checkout))
         return 0
     if args.cmd == "check-config":
+        import yaml
+
         from .adapter_paths import check_adapter_folders
         from .config import ConfigError, load_file
+        from .engine_limits import check_engine_limits
 
         try:
-            check_adapter_folders(load_file(args.config))
+            config = load_file(args.config)
+            check_adapter_folders(config)
+            check_engine_limits(config)
         except ConfigError as e:
             print(f"{args.config}: {e}", file=sys.stderr)
-            return 2
+            return EXIT_CONFIG
+        except OSError as e:
+            print(f"{args.config}: cannot be read: {e.strerror or e}", file=sys.stderr)
+            return EXIT_CONFIG
+        except yaml.YAMLError as e:
+            print(f"{args.config}: not YAML: {e}", file=sys.stderr)
+            return EXIT_CONFIG
         print(f"{args.config}: OK")
         return 0
     if args.cmd == "job":
@@ -109,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         job = ServerJob.from_json(json.dumps(spec["job"]))
         run_job(kind, job, JobFiles.of(argparse.Namespace(**spec["inputs"])), Path(spec["out_dir"]))
         return 0
-    return 2
+    return EXIT_USAGE
 
 
 def _is_archive(path: Path) -> bool:
@@ -131,17 +184,17 @@ def _study(args: argparse.Namespace) -> int:
             cfg = load_file(args.config)
         except ConfigError as e:
             print(f"{args.config}: {e}", file=sys.stderr)
-            return 2
+            return EXIT_CONFIG
         setup_job_logging(None)
         try:
             out = archive.pack_results(args.results, cfg, args.study or cfg["study"], args.out / archive.NAME)
             with tempfile.TemporaryDirectory() as tmp:
                 built = archive.rebuild(archive.read(out), Path(tmp), checkout, report=False)
                 shutil.copy(built.summary_csv, args.out / "summary.csv")
-                shutil.copy(built.verdicts, args.out / "verdicts.json")
+                (args.out / "verdicts.json").write_bytes(archive.published_verdicts(built.verdicts.read_bytes()))
         except archive.ArchiveError as e:
             print(f"{e}", file=sys.stderr)
-            return 1
+            return EXIT_FAILED
         print(f"{out}: {out.stat().st_size / 1e6:.2f} MB; {args.out}/summary.csv and verdicts.json rebuilt from it")
         return 0
     failed = 0
@@ -156,7 +209,7 @@ def _study(args: argparse.Namespace) -> int:
         print(f"{folder}: {'OK' if not problems else 'FAILED'}")
         for p in problems:
             print(f"  {p}")
-    return 1 if failed else 0
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 if __name__ == "__main__":

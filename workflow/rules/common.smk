@@ -32,6 +32,7 @@ from lorabench.config import (  # noqa: E402
     runtime_load_servers,
     stable_hash,
 )
+from lorabench.engine_limits import check_engine_limits  # noqa: E402
 from lorabench.job import engine_runnable, input_paths, server_job  # noqa: E402
 from lorabench.loadgen.traffic import (  # noqa: E402
     context_limits,
@@ -42,6 +43,7 @@ from lorabench.loadgen.traffic import (  # noqa: E402
 try:
     load_and_check(config)
     check_adapter_folders(config)
+    check_engine_limits(config)
 except ConfigError as e:
     raise WorkflowError(str(e)) from None
 

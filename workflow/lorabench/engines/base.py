@@ -142,6 +142,9 @@ class Engine(ABC):
     # (``loadgen.workload.slot_rounds``; benchmarks/slot_rounds.py).
     default_max_loras: ClassVar[int | None] = None
     base_takes_slot: ClassVar[bool] = False
+    # The largest adapter rank a LoRA server accepts where its max_lora_rank is left unset; None: the largest rank
+    # of the adapters it loads at start (an adapter loaded at run time may not exceed it).
+    default_max_lora_rank: ClassVar[int | None] = None
     # Server flags (as ``args``) under which a completion's usage reports the prompt tokens served from the
     # prefix cache (``usage.prompt_tokens_details.cached_tokens``); empty where the engine has none.
     cached_tokens_args: ClassVar[dict[str, Any]] = {}

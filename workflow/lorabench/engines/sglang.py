@@ -18,6 +18,8 @@ from .base import Engine, ServerSpec, first_match, flags_from_args, launch_argv,
 class SGLang(Engine):
     name = "sglang"
     default_max_loras = 8  # --max-loras-per-batch
+    # --max-lora-rank left unset: "automatically inferred from the adapters provided in --lora-paths" (ServerArgs)
+    default_max_lora_rank = None
     base_takes_slot = True  # a base-model request in a LoRA batch: h200-8b's a/b/base on 2 slots ran in 2 rounds
     # --lora-target-modules left unset: "inferred from the adapters provided in --lora-paths" as their union
     # (ServerArgs; SGLang's LoRA documentation). rank-sweep-h100: q/k/v/o and all-linear adapters cost the same there.

@@ -23,6 +23,7 @@ class VLLM(Engine):
     server_markers = ("vllm.entrypoints.openai.api_server", "VLLM::EngineCor", "VLLM::Worker")
     has_cpu_adapter_cache = True
     default_max_loras = 1  # --max-loras
+    default_max_lora_rank = 16  # --max-lora-rank (vllm/config/lora.py: max_lora_rank: MaxLoRARanks = 16)
     cached_tokens_args = {"enable_prompt_tokens_details": True}
     context_arg = "max_model_len"
     metric_prefixes = (
