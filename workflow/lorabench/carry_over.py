@@ -11,7 +11,7 @@ server) and the adapters inferred resident in the slots when it started, with th
   between cycles), and whether the two intervals lie apart;
 - ``warm_cold`` with a ``reference`` condition: the same split of the cell's paired cost, each burst's throughput
   against the reference condition's burst of the same cycle (burst size, streamed or not, server start), in
-  percent: the issue-68 question "what does a mix cost from a warm start, what from a cold one";
+  percent: what a mix costs from a warm start and what from a cold one;
 - ``by_predecessor``: per cell, its throughput by the cell that ran before it.
 
 Rows are ``measurements.jsonl`` rows (lists) or the summary's flattened ones (``|``-joined strings).

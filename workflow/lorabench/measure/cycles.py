@@ -4,7 +4,7 @@ A cell is condition x burst size x streamed or not. A cycle is one burst of ever
 drawn at random for that cycle (``cycle_order``: a permutation seeded by the workload's seed and the cycle's number,
 so a run repeats its orders and the rows record each burst's place in its cycle). A fixed rotation gave each cell the
 same predecessor in every cycle, and the state a predecessor leaves (adapters resident in the slots) biased that
-cell in a way no interval shows (shared/evidence/carry-over); a random order lets each cell follow every other.
+cell in a way no interval shows (docs/methodology.md); a random order lets each cell follow every other.
 Throughput is read from the non-streamed bursts, TTFT and inter-token latencies from the streamed ones (``stream:
 both``, the default; ``on`` streams every burst and reads throughput from them too; ``off`` streams none).
 

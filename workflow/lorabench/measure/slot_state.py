@@ -1,8 +1,8 @@
 """What came before a burst on its server: the burst sent just before it and the adapters inferred resident.
 
-The cost of an adapter mix depends on what the server's adapter slots held before it (shared/evidence/carry-over:
-a 2-slot SGLang server's ``pq`` burst read -19.9 % after a ``pq`` burst and -24.3 % after a ``p`` burst), so every
-burst row records (``SlotState``):
+The cost of an adapter mix depends on what the server's adapter slots held before it (docs/methodology.md: on a
+2-slot SGLang server a ``pq`` burst read -19.9 % against base after a ``pq`` burst, -24.3 % after a ``p`` burst), so
+every burst row records (``SlotState``):
 
 - ``predecessor``: the cell (``CONDITION/BURST/s|n``) of the burst the harness sent just before it on the same
   server start, warm-up bursts included: the first measured burst's predecessor is the warm-up's last burst; it is
