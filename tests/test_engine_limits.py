@@ -27,7 +27,10 @@ def problems(cfg: dict[str, Any]) -> list[str]:
 
 
 def test_the_committed_study_configs_pass():
-    for path in [ROOT / "config" / "config.yaml", *sorted((ROOT / "config").glob("gpu-*.yaml"))]:
+    configs = [ROOT / "config" / "config.yaml", *sorted((ROOT / "config").glob("gpu-*.yaml"))]
+    configs += sorted((ROOT / "config" / "studies").glob("*.yaml"))
+    assert len(configs) > 10
+    for path in configs:
         assert problems(yaml.safe_load(path.read_text())) == [], path.name
 
 
