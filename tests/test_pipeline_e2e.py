@@ -30,10 +30,22 @@ SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 ENV_ROOT = str(ROOT / ".lorabench" / "envs")  # engine venvs are shared: built once per machine
 
 
+# What a study runs from: the product, not the checkout's studies/, docs/, dev/, benchmarks/, tests/ or .git (the
+# one test file a study config names, its chat dataset, aside).
+PRODUCT = ("workflow", "config", "envs", "report", "profiles", "tools", "pyproject.toml", "Makefile",
+           "requirements.txt", "requirements-dev.txt", "tests/fixtures/chat-small.jsonl")  # fmt: skip
+
+
 def copy_repo(dest: Path) -> Path:
+    """The product's files (``PRODUCT``: tracked and untracked, ignored ones left out) copied into ``dest``, as a
+    study runs from them."""
     files = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.split()
+        ["git", "ls-files", "-co", "--exclude-standard", "--", *PRODUCT],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     for f in files:
         src = ROOT / f
         if src.is_file():

@@ -52,7 +52,7 @@ class Toy(Engine):
 def test_a_new_engine_is_one_module(tmp_path: Path, built_inputs: Path):
     work = copy_repo(tmp_path / "w")
     seed_inputs(work, built_inputs)  # the default study's model, adapters and requests: what is tested is the engine
-    toy = TOY.replace("FAKE_SERVER", repr(str(work / "tests/support/fake_server.py")))
+    toy = TOY.replace("FAKE_SERVER", repr(str(ROOT / "tests/support/fake_server.py")))  # test support: not copied
     (work / "workflow/lorabench/engines/toy.py").write_text(toy)  # the only file added or changed
     cfg = copy.deepcopy(yaml.safe_load((ROOT / "config/config.yaml").read_text()))
     cfg.update(
