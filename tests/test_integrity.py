@@ -381,12 +381,15 @@ def test_a_second_build_of_the_same_environment_waits_for_the_first(tmp_path: Pa
         second = threading.Thread(target=lambda out=got: out.append(envs.build_venv(spec)))
         with caplog.at_level("INFO", logger="lorabench.envs"):
             second.start()
-            time.sleep(0.5)
+            deadline = time.monotonic() + 60  # it reaches the lock within a moment, on a busy host within seconds
+            while "waiting for pid 4242 to finish building" not in caplog.text:
+                assert time.monotonic() < deadline, caplog.text
+                time.sleep(0.05)
             assert second.is_alive() and venv.is_dir() and not calls  # waiting; the half-built venv untouched
             if finished:
                 (venv / ".complete").write_text("done\n")
             os.close(fd)  # the first run ends (or dies): the kernel releases its lock
-            second.join(10)
+            second.join(60)
         assert got == [venv] and (venv / ".complete").exists()
         assert "waiting for pid 4242 to finish building" in caplog.text
         assert bool(calls) is not finished, calls  # reused as the first run left it, else built anew

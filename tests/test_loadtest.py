@@ -37,7 +37,12 @@ async def _send(url: str, n: int, j: ServerJob):
 
 
 def test_burst_shape_sends_everything_at_once(url):
-    recs = asyncio.run(_send(url, 8, job(shape="burst")))
+    async def go():  # requests of a second each (500 tokens 2 ms apart): all sent before any ends, on a busy host too
+        async with make_session(8) as s:
+            return await send(s, url, [CompletionRequest(f"r{i}", "a", "m", "x", 500) for i in range(8)],
+                              job(shape="burst"))  # fmt: skip
+
+    recs = asyncio.run(go())
     assert len(recs) == 8 and all(r.ok for r in recs)
     assert max(r.start_s for r in recs) < min(r.end_s for r in recs)
 

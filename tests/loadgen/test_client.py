@@ -18,6 +18,7 @@ def servers():
     procs = {}
     for name, kw in {
         "ok": {},
+        "slow": {"delay": 0.01},  # a token every 10 ms
         "http500": {"fault": "http500", "fault_all": True},
         "cut": {"fault": "cut", "fault_all": True},
         "short": {"fault": "short", "fault_all": True},
@@ -83,20 +84,19 @@ def test_short_completion_with_ignore_eos_is_an_error(servers):
 def test_stalled_stream_times_out(servers):
     rec = asyncio.run(one(servers["stall"], req(8), timeout=1.0))
     assert not rec.ok and "timeout" in rec.error
-    assert rec.latency_s < 5
+    assert rec.latency_s < 60  # the stream stalls for an hour: the timeout, not its end, stopped it
 
 
 def test_burst_sends_all_at_once(servers):
-    async def go():
+    async def go():  # requests of a second each: every one sent before any answer ends, on a busy host too
         async with make_session(16) as s:
             return await run_burst(
-                s, servers["ok"], [CompletionRequest(f"r{i}", "a", "m", "x", 4) for i in range(16)], 10
+                s, servers["slow"], [CompletionRequest(f"r{i}", "a", "m", "x", 100) for i in range(16)], 30
             )
 
     recs = asyncio.run(go())
     assert len(recs) == 16 and all(r.ok for r in recs)
-    starts = sorted(r.start_s for r in recs)
-    assert starts[-1] - starts[0] < min(r.latency_s for r in recs) + 0.5
+    assert max(r.start_s for r in recs) < min(r.end_s for r in recs)
 
 
 def test_concurrency_shape_bounds_in_flight_and_cycles_requests(servers):

@@ -163,7 +163,7 @@ def start_in_process(**kwargs: Any) -> tuple[Any, int]:
     proc = mp.get_context("fork").Process(target=_serve, args=(sock, kwargs), daemon=True)
     proc.start()
     sock.close()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # up in a moment; a busy host may take seconds
     while time.monotonic() < deadline:
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1)
