@@ -31,6 +31,7 @@ import pandas as pd  # noqa: E402
 from rebuild_study import NOT_MEASURED, stage  # noqa: E402
 
 from lorabench import archive  # noqa: E402
+from lorabench.config import schema_default  # noqa: E402
 
 KEEP = ("README.md", "summary.csv", "verdicts.json", archive.NAME, "report-findings.png")
 JOB_DIRS = archive.RESULT_DIRS + archive.DERIVED_DIRS
@@ -113,8 +114,12 @@ def convert(folder: Path, dry_run: bool) -> None:
     old_summary, old_verdicts = folder / "summary" / "summary.csv", folder / "claims" / "verdicts.json"
     with tempfile.TemporaryDirectory(prefix="archive-study-") as tmp:
         t = Path(tmp)
-        if prov.exists() and (folder / "servers").is_dir() and any((folder / "servers").glob("*/measurements.jsonl*")):
+        measured = any((folder / "servers").glob("*/measurements.jsonl*"))
+        if prov.exists() and measured:
             cfg = json.loads(prov.read_text())["config"]
+            # a config merged before these keys existed: the schema's defaults, as loading it now would give
+            for key in ("claims", "reference_architecture", "hardware_specs", "analogue_model"):
+                cfg.setdefault(key, schema_default(key))
             res = t / "res"
             for p in folder.rglob("*"):
                 rel = p.relative_to(folder)
@@ -124,7 +129,7 @@ def convert(folder: Path, dry_run: bool) -> None:
                     (res / rel.parent / name).write_bytes(data)
             # a job saved before its records and metrics were kept (h200-8b-b48's SGLang servers): empty ones,
             # as the study's report was built (no queue figures, no TTFT tail for those servers)
-            for job in list((res / "servers").iterdir()):
+            for job in list((res / "servers").iterdir()) if (res / "servers").is_dir() else []:
                 if json.loads((job / "facts.json").read_text()).get("status") == NOT_MEASURED:
                     shutil.rmtree(job)  # a server not measured yet: staged as such again
                     continue
@@ -151,13 +156,15 @@ def convert(folder: Path, dry_run: bool) -> None:
             print(f"{folder.name}: summary {compare_tables(old_summary, built.summary_csv)}")
             print(f"{folder.name}: verdicts {compare_verdicts(old_verdicts, built.verdicts)}")
             new_summary: bytes | None = built.summary_csv.read_bytes()
-            new_verdicts: bytes | None = built.verdicts.read_bytes()
+            new_verdicts: bytes | None = archive.published_verdicts(built.verdicts.read_bytes())
         else:
             notes = notes_of(folder, nested)
+            if not notes:  # a folder of nested studies and their README: nothing of its own to archive
+                return
             archive.pack_notes(t / archive.NAME, folder.name, notes, source)
             table = old_summary if old_summary.exists() else folder / "summary.csv"
             new_summary = table.read_bytes() if table.exists() else None
-            new_verdicts = old_verdicts.read_bytes() if old_verdicts.exists() else None
+            new_verdicts = archive.published_verdicts(old_verdicts.read_bytes()) if old_verdicts.exists() else None
             print(f"{folder.name}: tables only ({len(notes)} files as notes)")
         size = (t / archive.NAME).stat().st_size
         print(f"{folder.name}: {archive.NAME} {size / 1e6:.2f} MB")
@@ -193,7 +200,28 @@ def refresh(folder: Path) -> None:
         print(f"{folder.name}: summary {compare_tables(folder / 'summary.csv', built.summary_csv)}")
         print(f"{folder.name}: verdicts {compare_verdicts(folder / 'verdicts.json', built.verdicts)}")
         shutil.copy(built.summary_csv, folder / "summary.csv")
-        shutil.copy(built.verdicts, folder / "verdicts.json")
+        (folder / "verdicts.json").write_bytes(archive.published_verdicts(built.verdicts.read_bytes()))
+
+
+def repack(folder: Path) -> None:
+    """The folder's archive written again with this checkout's compaction (records, metrics; the sha256 of each
+    file as its job wrote it stays as the first conversion recorded it)."""
+    arch = archive.read(folder / archive.NAME)
+    files = {k: v for k, v in arch.files.items() if k != archive.INDEX}
+    index = dict(arch.index)
+    compacted = dict(index.get("compacted") or {})
+    for top in ("results", "notes"):
+        part = {k.split("/", 1)[1]: v for k, v in files.items() if k.startswith(f"{top}/")}
+        new, done = archive.compact_results(part)
+        for rel, data in new.items():
+            files[f"{top}/{rel}"] = data
+        for rel, entry in done.items():
+            key = rel if top == "results" else f"notes/{rel}"
+            compacted.setdefault(key, entry)
+    index["compacted"] = compacted
+    before = (folder / archive.NAME).stat().st_size
+    archive.write(folder / archive.NAME, arch.study, files, index)
+    print(f"{folder}: {before / 1e6:.2f} -> {(folder / archive.NAME).stat().st_size / 1e6:.2f} MB")
 
 
 def main() -> int:
@@ -203,8 +231,13 @@ def main() -> int:
     ap.add_argument(
         "--refresh", action="store_true", help="rebuild the tables of converted studies from their archives"
     )
+    ap.add_argument("--repack", action="store_true", help="write converted studies' archives again (compaction)")
     args = ap.parse_args()
     for s in args.study:
+        if args.repack:
+            for folder in sorted({p.parent for p in s.resolve().rglob(archive.NAME)}):
+                repack(folder)
+            continue
         if args.refresh:
             for folder in sorted({p.parent for p in s.resolve().rglob(archive.NAME)}):
                 refresh(folder)

@@ -18,7 +18,8 @@ Layout inside the archive (xz-compressed tar, members sorted, no dates, so the s
 What is compacted, and why it changes no figure the analysis computes:
 
 - ``records.jsonl``: each streamed request's per-token gaps (``itl_s``, a list of every inter-token latency) become
-  their count, mean, median, p90, p99 and maximum (``itl_n``, ``itl_mean_s``, ...; microseconds). The tables and
+  their count, mean and maximum (``itl_n``, ``itl_mean_s``, ``itl_max_s``), and every time in seconds is kept to
+  the microsecond (a rate sweep's offsets were written at full float precision). The tables and
   verdicts read the burst rows' ITL figures, computed from the full lists when the job ran; the full lists are what
   a study's own ``results/`` and its bundle keep.
 - ``metrics.jsonl``: vLLM's ``lora_requests_info`` keeps one series per adapter set ever seen, each scrape repeating
@@ -66,11 +67,16 @@ def itl_summary(itl: list[float]) -> dict[str, Any]:
 
 
 def compact_records(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per-request records with each ``itl_s`` list replaced by its summary (``itl_summary``)."""
+    """Per-request records with each ``itl_s`` list replaced by its summary (``itl_summary``) and every other time
+    in seconds (``*_s``) to the microsecond, as the job's own start and end times are recorded: a rate sweep's
+    offsets and schedule were kept at full float precision, which is noise below a microsecond and most of an
+    archive's size."""
     out = []
     for r in rows:
         if "itl_s" in r:
             r = {k: v for k, v in r.items() if k != "itl_s"} | itl_summary(r["itl_s"] or [])
+        r = {k: round(v, 6) if k.endswith("_s") and isinstance(v, float) and math.isfinite(v) else v
+             for k, v in r.items()}  # fmt: skip
         out.append(r)
     return out
 
@@ -304,8 +310,9 @@ def compact_results(results: dict[str, bytes]) -> tuple[dict[str, bytes], dict[s
         new = data
         if name == "records.jsonl":
             rows = _rows(data)
-            if any("itl_s" in r for r in rows):
-                new = _jsonl(compact_records(rows))
+            kept = compact_records(rows)
+            if _jsonl(kept) != _jsonl(rows):
+                new = _jsonl(kept)
         elif name == "metrics.jsonl":
             job = rel.rsplit("/", 1)[0]
             rows = _rows(data)
@@ -489,6 +496,25 @@ def pack_notes(out: Path, study: str, notes: dict[str, bytes], source: dict[str,
     return write(out, study, members, index)
 
 
+def published_verdicts(verdicts_json: bytes) -> bytes:
+    """A verdicts.json as a published study keeps it: the same JSON, one claim per line (a change of one verdict
+    is one changed line; two thirds of the indented file's size)."""
+    doc = json.loads(verdicts_json)
+    lines = ["{"]
+    for i, (k, v) in enumerate(sorted(doc.items())):
+        end = "," if i < len(doc) - 1 else ""
+        if isinstance(v, list):
+            items = [json.dumps(x, sort_keys=True, ensure_ascii=False) for x in v]
+            body = ",\n".join(f"  {x}" for x in items)
+            lines.append(f"{json.dumps(k)}: [\n{body}\n]{end}" if items else f"{json.dumps(k)}: []{end}")
+        else:
+            lines.append(f"{json.dumps(k)}: {json.dumps(v, sort_keys=True, ensure_ascii=False)}{end}")
+    lines.append("}")
+    out = ("\n".join(lines) + "\n").encode()
+    assert json.loads(out) == doc
+    return out
+
+
 def is_study_archive(path: Path) -> bool:
     """Whether ``path`` is a study archive (an xz tar with ``ARCHIVE.json``), not a pipeline bundle."""
     try:
@@ -505,12 +531,12 @@ def check_published(folder: Path, checkout: Path, rebuilt_dir: Path) -> list[str
     arch = read(folder / NAME)
     if not arch.rebuildable:  # tables only: the folder's tables are the archived ones
         problems = []
-        for name, kept in (
-            ("summary.csv", "notes/summary/summary.csv"),
-            ("verdicts.json", "notes/claims/verdicts.json"),
-        ):
-            if kept in arch.files and (folder / name).read_bytes() != arch.files[kept]:
-                problems.append(f"{folder}/{name} differs from {kept} in {NAME}")
+        summary, verdicts = "notes/summary/summary.csv", "notes/claims/verdicts.json"
+        if summary in arch.files and (folder / "summary.csv").read_bytes() != arch.files[summary]:
+            problems.append(f"{folder}/summary.csv differs from {summary} in {NAME}")
+        published = json.loads((folder / "verdicts.json").read_bytes()) if (folder / "verdicts.json").exists() else None
+        if verdicts in arch.files and published != json.loads(arch.files[verdicts]):
+            problems.append(f"{folder}/verdicts.json differs from {verdicts} in {NAME}")
         return problems
     built = rebuild(arch, rebuilt_dir, checkout, report=False)
     problems = []
