@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: study test test-deps test-fast lint setup clean estimate
+.PHONY: study studies test test-deps test-fast lint setup clean estimate
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -67,6 +67,12 @@ CONFIG ?= config/config.yaml
 FROM ?=
 estimate: $(STAMP)
 	$(BIN)/python tools/estimate_study.py $(CONFIG) $(if $(FROM),--from $(FROM))
+
+# Every committed study's tables, verdicts and report rendered from its archive (docs/archives.md), under
+# results/studies/NAME/ (report/index.html): build outputs, never committed.
+studies: $(STAMP)
+	@for a in $$(find studies -name archive.tar.xz | sort); do \
+		d=$${a%/archive.tar.xz}; $(BIN)/lorabench bundle render $$a --out results/$$d || exit 1; done
 
 clean:
 	rm -rf results logs .snakemake

@@ -106,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{e}", file=sys.stderr)
             return EXIT_FAILED
         print(f"{args.bundle}: OK (every checksum matches; {arch.index['schema']})")
-        if args.action == "render":
+        if args.action == "render" and not arch.rebuildable:
+            print(f"{args.bundle}: holds tables only (no results to render a report from): nothing rendered")
+        elif args.action == "render":
             setup_job_logging(None)
             print(rebuild(arch, args.out, args.checkout.resolve()).report)
         return 0
