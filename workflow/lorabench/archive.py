@@ -497,9 +497,13 @@ def pack_notes(out: Path, study: str, notes: dict[str, bytes], source: dict[str,
 
 
 def published_verdicts(verdicts_json: bytes) -> bytes:
-    """A verdicts.json as a published study keeps it: the same JSON, one claim per line (a change of one verdict
-    is one changed line; two thirds of the indented file's size)."""
+    """A verdicts.json as a published study keeps it: the claims the study could judge, one per line (a change of
+    one verdict is one changed line), and the ids of those it did not run (``not_run``: no server or condition of
+    the study matches them; the full entries, with why, are in the report rendered from the archive)."""
     doc = json.loads(verdicts_json)
+    if "claims" in doc and "not_run" not in doc:
+        doc["not_run"] = [c["id"] for c in doc["claims"] if c.get("verdict") == "not run"]
+        doc["claims"] = [c for c in doc["claims"] if c.get("verdict") != "not run"]
     lines = ["{"]
     for i, (k, v) in enumerate(sorted(doc.items())):
         end = "," if i < len(doc) - 1 else ""
@@ -535,14 +539,16 @@ def check_published(folder: Path, checkout: Path, rebuilt_dir: Path) -> list[str
         if summary in arch.files and (folder / "summary.csv").read_bytes() != arch.files[summary]:
             problems.append(f"{folder}/summary.csv differs from {summary} in {NAME}")
         published = json.loads((folder / "verdicts.json").read_bytes()) if (folder / "verdicts.json").exists() else None
-        if verdicts in arch.files and published != json.loads(arch.files[verdicts]):
+        if verdicts in arch.files and published != json.loads(published_verdicts(arch.files[verdicts])):
             problems.append(f"{folder}/verdicts.json differs from {verdicts} in {NAME}")
         return problems
     built = rebuild(arch, rebuilt_dir, checkout, report=False)
     problems = []
     if built.summary_csv.read_bytes() != (folder / "summary.csv").read_bytes():
         problems.append(f"{folder}/summary.csv differs from the one rebuilt from {NAME}")
-    if json.loads(built.verdicts.read_text()) != json.loads((folder / "verdicts.json").read_text()):
+    if json.loads(published_verdicts(built.verdicts.read_bytes())) != json.loads(
+        (folder / "verdicts.json").read_text()
+    ):
         problems.append(f"{folder}/verdicts.json differs from the one rebuilt from {NAME}")
     return problems
 
