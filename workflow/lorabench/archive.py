@@ -15,6 +15,10 @@ Layout inside the archive (xz-compressed tar, members sorted, no dates, so the s
   rules read it (servers/, runtime_load/, prefix_cache/, rate_sweep/, envs/, adapters/, model/, workload/);
 - ``{study}/notes/...``: the study's other files (machine descriptions, job logs, earlier tables).
 
+JSON-lines files and CSV tables are stored column by column (``NAME.columns.json``, ``NAME.columns.csv.json``: the
+values of one field side by side compress several times better), and ``read`` gives them back as the files they
+stand for; a file whose columns would not read back the same is stored as it is.
+
 What is compacted, and why it changes no figure the analysis computes:
 
 - ``records.jsonl``: each streamed request's per-token gaps (``itl_s``, a list of every inter-token latency) become
