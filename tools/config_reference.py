@@ -35,7 +35,7 @@ BEGIN = (
 END = "<!-- END REFERENCE -->"
 
 # The name a map's entries stand for in a key's path (servers.ID.engine); NAME where not listed.
-PLACEHOLDERS = {"engines": "ID", "servers": "ID"}
+PLACEHOLDERS = {"engines": "ID", "servers": "ID", "groups": "ID"}
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,15 @@ servers:
     args: {max_model_len: 512}
     conditions: [base, a, ab, many]
 readiness_timeout_s: 600
+""",
+    ),
+    Section(
+        "Groups",
+        "Servers measured together by one job, so that comparisons between them are paired per cycle.",
+        ("groups",),
+        """\
+groups:
+  lora: {servers: [lora-off, lora-2]}   # one group_loadtest job; lora-2 against lora-off paired per cycle
 """,
     ),
     Section(

@@ -97,6 +97,33 @@ class Comparison:
 
 
 @dataclass(frozen=True)
+class ServerComparison:
+    """A cell of one server against the same condition and burst size on another server: paired per cycle where
+    both are members of one co-resident group (``paired_by`` "cycle (group)"), else unpaired (the span the two
+    medians' intervals allow)."""
+
+    group: str | None
+    burst: int
+    condition: str
+    server: str
+    reference_server: str
+    ratio: RatioSpan
+    pairs: int
+    paired_by: str  # "cycle (group)" | "unpaired"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"group": self.group, "burst": self.burst, "condition": self.condition, "server": self.server,
+                "reference_server": self.reference_server, **self.ratio.to_json(),
+                "halfwidth_points": _json_num(self.ratio.halfwidth_points), "pairs": self.pairs,
+                "paired_by": self.paired_by}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ServerComparison:
+        return cls(d.get("group"), int(d["burst"]), d["condition"], d["server"], d["reference_server"],
+                   RatioSpan.from_json(d), int(d.get("pairs") or 0), d.get("paired_by") or "unpaired")  # fmt: skip
+
+
+@dataclass(frozen=True)
 class EngineSide:
     """One engine's cell in an engine comparison."""
 

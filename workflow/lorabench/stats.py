@@ -95,6 +95,12 @@ def by_time(points: list[tuple[int, int, float]]) -> str:
     return " ".join(f"{s}.{o}:{v:.6g}" for s, o, v in sorted(points))
 
 
+def row_group(row: Any) -> str | None:
+    """The co-resident group a summary row's server was measured in (None: a server job of its own)."""
+    g = row.get("group") if hasattr(row, "get") else None
+    return g if isinstance(g, str) and g else None
+
+
 def _timed(row: Any, prefix: str, by: str = "time") -> list[tuple[int, int, float]]:
     raw = row.get(f"{prefix}_by_{by}") if hasattr(row, "get") else None
     if not isinstance(raw, str) or not raw:
@@ -115,17 +121,22 @@ def paired_ratios(num: Any, den: Any, prefix: str = "throughput") -> list[float]
     of one cycle (``PREFIX_by_cycle``). Older studies: each measurement of
     one paired with the nearest in the job's order of the other on the same server start (closest pairs first,
     each measurement used once). A slow spell of the host that outlasts the gap between the two slows both and
-    cancels in their ratio. Empty where the cells are of different servers or make fewer than ``MIN_PAIRED``
-    pairs."""
+    cancels in their ratio. Two cells of different servers of one co-resident group (``group``, lorabench.group)
+    share their cycles and pair as two cells of one server do, by cycle only. Empty where the cells are of
+    different servers outside one group or make fewer than ``MIN_PAIRED`` pairs."""
     if not hasattr(num, "get") or not hasattr(den, "get"):
         return []
-    if not num.get("server") or num.get("server") != den.get("server"):
+    same_server = bool(num.get("server")) and num.get("server") == den.get("server")
+    group = row_group(num)
+    if not same_server and not (group and group == row_group(den)):
         return []
     ca, cb = _timed(num, prefix, "cycle"), _timed(den, prefix, "cycle")
     if ca and cb:  # method v2: bursts of one cycle, exactly
         by = {(s, c): v for s, c, v in cb}
         pairs = [v / by[(s, c)] for s, c, v in ca if by.get((s, c))]
         return pairs if len(pairs) >= MIN_PAIRED else []
+    if not same_server:
+        return []
     a, b = _timed(num, prefix), _timed(den, prefix)
     gaps = sorted(
         (abs(oa - ob), i, j) for i, (sa, oa, _) in enumerate(a) for j, (sb, ob, _) in enumerate(b) if sa == sb

@@ -34,6 +34,7 @@ from .records import (
     EngineSide,
     GpuState,
     RatioSpan,
+    ServerComparison,
     Spread,
     Telemetry,
 )
@@ -545,6 +546,34 @@ def paired_comparisons(rows: list[dict[str, Any]], facts: Mapping[str, ServerFac
     return out
 
 
+def server_comparisons(rows: list[dict[str, Any]], facts: Mapping[str, ServerFacts]) -> list[ServerComparison]:
+    """Between the servers of each co-resident group (lorabench.group): every member's cell against the same
+    condition and burst size on each member started before it (the group's order, ``config.group_servers`` in
+    its facts), paired per cycle (stats.ratio_span); a row whose cells make too few pairs says "unpaired" and
+    carries the span of the two medians' intervals instead."""
+    groups: dict[str, list[str]] = {}
+    for _, f in sorted(facts.items()):
+        g = (f.config or {}).get("group")
+        if g:
+            groups.setdefault(g, list((f.config or {}).get("group_servers") or []))
+    by_cell = {(r["server"], r["condition"], r["burst"]): r for r in rows if r.get("status") == "ok"}
+    out = []
+    for g, members in sorted(groups.items()):
+        for i, server in enumerate(members):
+            for ref in members[:i]:
+                for (s, cond, burst), num in sorted(by_cell.items()):
+                    den = by_cell.get((ref, cond, burst))
+                    if s != server or den is None:
+                        continue
+                    ratio = RatioSpan.of(ratio_span(num, den))
+                    if ratio is None:
+                        continue
+                    n = len(paired_ratios(num, den))
+                    out.append(ServerComparison(g, burst, cond, server, ref, ratio, n,
+                                                "cycle (group)" if n else "unpaired"))  # fmt: skip
+    return out
+
+
 def burst_scaling(rows: list[dict[str, Any]]) -> list[BurstScaling]:
     """Within each server job and condition, the throughput at its largest burst against its smallest, paired per
     cycle (stats.ratio_span): how much a larger batch of the same mix gains."""
@@ -574,6 +603,7 @@ def _cell_rows(facts: Mapping[str, ServerFacts], mdf: pd.DataFrame, conditions: 
             "engine_version": fact.engine_version,
             "status": fact.status,
             **{k: cfg.get(k) for k in SERVER_KEYS},
+            **({"group": cfg["group"]} if cfg.get("group") else {}),
         }
         for cond in cfg.get("conditions", []):
             for burst in cfg.get("bursts", []):
@@ -713,6 +743,7 @@ def aggregate(
         ],
         "engine_comparison": [c.to_json() for c in engine_comparison(records)],
         "comparisons": [c.to_json() for c in paired_comparisons(records, facts)],
+        "server_comparisons": [c.to_json() for c in server_comparisons(records, facts)],
         "burst_scaling": [c.to_json() for c in burst_scaling(records)],
         "phases": phase_costs(records, facts),
         "facts": [_record(r) for r in fdf.to_dict("records")],

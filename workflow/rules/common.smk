@@ -33,6 +33,13 @@ from lorabench.config import (  # noqa: E402
     stable_hash,
 )
 from lorabench.engine_limits import check_engine_limits  # noqa: E402
+from lorabench.groups import (  # noqa: E402
+    check_groups,
+    group_of,
+    groups_of,
+    grouped_servers,
+    solo_servers,
+)
 from lorabench.job import engine_runnable, input_paths, server_job  # noqa: E402
 from lorabench.loadgen.traffic import (  # noqa: E402
     context_limits,
@@ -44,6 +51,7 @@ try:
     load_and_check(config)
     check_adapter_folders(config)
     check_engine_limits(config)
+    check_groups(config)
 except ConfigError as e:
     raise WorkflowError(str(e)) from None
 
@@ -160,6 +168,46 @@ def sweep_servers():
 
 def server_inputs(wildcards):
     return input_paths(config, wildcards.server)
+
+
+def names_re(names):
+    """Exactly these names, as a wildcard constraint (none: a pattern that matches nothing)."""
+    return "|".join(re.escape(n) for n in sorted(names)) or "(?!)"
+
+
+def group_job_params(group):
+    """The group's job (lorabench.group.GroupJob: each member's server job, in start order) as the rule's params."""
+    from lorabench.group import GroupJob
+
+    members = groups_of(config)[group]
+    return GroupJob(group, [server_job(config, s, HARDWARE) for s in members]).to_json()
+
+
+def group_files_params(group):
+    """Each member's input files by name (job.input_paths), as sorted JSON."""
+    return json.dumps(
+        {s: input_paths(config, s) for s in groups_of(config)[group]}, sort_keys=True
+    )
+
+
+def group_inputs(wildcards):
+    """Every member's input files (engine environments, model, request set, adapters), once each."""
+    paths = [input_paths(config, s) for s in groups_of(config)[wildcards.group]]
+    return {
+        "env": sorted({p["env"] for p in paths}),
+        "model": paths[0]["model"],
+        "requests": paths[0]["requests"],
+        "adapters": sorted({a for p in paths for a in p["adapters"]}),
+    }
+
+
+def member_group_outputs(wildcards):
+    """The group job's outputs a grouped server's files come from."""
+    g = group_of(config, wildcards.server)
+    return {
+        "group": f"results/groups/{g}/group.json",
+        "servers": f"results/groups/{g}/servers",
+    }
 
 
 def runtime_servers():

@@ -15,6 +15,9 @@ rule server_loadtest:
         "logs/server_loadtest/{server}.log",
     benchmark:
         "logs/server_loadtest/{server}.bench.tsv"
+    wildcard_constraints:
+        # a grouped server is measured by its group's job (group_loadtest), never alone
+        server=names_re(solo_servers(config)),
     resources:
         # one measuring job per device: the default workflow profile has one of these per device
         lorabench_device=1,
@@ -22,6 +25,47 @@ rule server_loadtest:
         job=lambda wc: server_job_params(wc.server),
     script:
         "../scripts/server_loadtest.py"
+
+
+rule group_loadtest:
+    input:
+        unpack(group_inputs),
+        code=code_of("group_loadtest.py"),
+    output:
+        group="results/groups/{group}/group.json",
+        servers=directory("results/groups/{group}/servers"),
+    log:
+        "logs/group_loadtest/{group}.log",
+    benchmark:
+        "logs/group_loadtest/{group}.bench.tsv"
+    wildcard_constraints:
+        group=names_re(groups_of(config)),
+    resources:
+        # one job holds every member's server: the device is its own
+        lorabench_device=1,
+    params:
+        group=lambda wc: group_job_params(wc.group),
+        files=lambda wc: group_files_params(wc.group),
+    script:
+        "../scripts/group_loadtest.py"
+
+
+rule group_member:
+    input:
+        unpack(member_group_outputs),
+    output:
+        measurements="results/servers/{server}/measurements.jsonl",
+        records="results/servers/{server}/records.jsonl",
+        metrics="results/servers/{server}/metrics.jsonl",
+        facts="results/servers/{server}/facts.json",
+        log="results/servers/{server}/server.log",
+    log:
+        "logs/group_member/{server}.log",
+    wildcard_constraints:
+        server=names_re(grouped_servers(config)),
+    shell:
+        "for f in measurements.jsonl records.jsonl metrics.jsonl facts.json server.log; do"
+        " cp {input.servers}/{wildcards.server}/$f results/servers/{wildcards.server}/$f; done 2> {log}"
 
 
 rule runtime_load:

@@ -134,6 +134,10 @@ rule bundle_archive:
             f=["sweep.json", "records.jsonl", "facts.json", "server.log"],
         ),
         capacity=["results/capacity/capacity.json"] if sweep_servers() else [],
+        # co-resident groups: their members and each cycle's order (the members' files are under servers)
+        groups=expand(
+            "results/groups/{group}/group.json", group=sorted(groups_of(config))
+        ),
         envs=expand(
             "results/envs/{engine}.{ext}",
             engine=sorted(config["engines"]),

@@ -152,6 +152,8 @@ class Burst:
     cycle: int | None = None
     position: int | None = None  # place in the cycle (0 first), in the cycle's order drawn at random
     slot_state: SlotState | None = None  # predecessor, adapters inferred resident at its start, its own adapters
+    group: str | None = None  # the co-resident group whose job measured it (lorabench.group), None for a server's own
+    group_position: int | None = None  # its place in the group's cycle (every member's bursts), 0 first
 
     def identity(self) -> dict[str, Any]:
         """The fields naming the burst (also on each of its requests' rows in ``records.jsonl``)."""
@@ -160,7 +162,7 @@ class Burst:
             if f.name in ("figures", "metrics", "slot_state"):
                 continue
             v = getattr(self, f.name)
-            if v is not None or f.name not in ("cycle", "position"):
+            if v is not None or f.name not in ("cycle", "position", "group", "group_position"):
                 out[f.name] = v
         return out
 

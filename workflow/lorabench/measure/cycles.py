@@ -42,6 +42,12 @@ class Cell:
     condition: str
     burst: int
     stream: bool
+    server: str = ""  # in a group's cycles (lorabench.group): the member serving it; "" in a server's own job
+
+    @property
+    def tracked(self) -> str:
+        """The condition as ``Progress`` tracks it: qualified by the server in a group's cycles (``SERVER:COND``)."""
+        return f"{self.server}:{self.condition}" if self.server else self.condition
 
 
 def cycle_cells(conditions: list[str], bursts: list[int], stream: str) -> list[Cell]:
@@ -172,7 +178,7 @@ def focused(cells: list[Cell], progress: Progress, targets: Targets, tp_stream: 
     if not targets.focus or progress.cycles < targets.min_cycles:
         return cells
     need = progress.needed(targets)
-    return [c for c in cells if c.stream == tp_stream and (c.condition, c.burst) in need] or cells
+    return [c for c in cells if c.stream == tp_stream and (c.tracked, c.burst) in need] or cells
 
 
 async def run_cycles(
@@ -201,7 +207,7 @@ async def run_cycles(
             value, wall = await burst(cell, cycle, pos, len(order))
             progress.measuring_s += wall
             if cell.stream == tp_stream:
-                progress.add(cell.condition, cell.burst, (start, cycle), value)
+                progress.add(cell.tracked, cell.burst, (start, cycle), value)
         progress.cycles += 1
         wide = progress.wide(targets)
         log.info(

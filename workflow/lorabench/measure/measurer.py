@@ -178,6 +178,7 @@ class Measurer:
     _cycle_start: dict[str, Any] | None = None  # the host's counters at the start of the cycle under way
     _cycle_rows: list[Burst] = field(default_factory=list)  # the bursts of the cycle under way
     slots: SlotHistory = field(init=False)  # the bursts sent on the server start now serving (slot_state)
+    group: str | None = None  # the co-resident group measuring this server with others (lorabench.group)
 
     def __post_init__(self) -> None:
         job = self.job
@@ -244,6 +245,7 @@ class Measurer:
         cycle: int | None = None,
         position: int | None = None,
         slot_state: SlotState | None = None,
+        group_position: int | None = None,
     ) -> Burst:
         return Burst(
             server=self.spec.server_id,
@@ -259,6 +261,8 @@ class Measurer:
             cycle=cycle,
             position=position,
             slot_state=slot_state,
+            group=self.group if cycle is not None else None,
+            group_position=group_position,
         )
 
     def _keep(self, recs: list[RequestRecord], samples: list[dict[str, Any]], b: Burst) -> Burst:
@@ -269,11 +273,15 @@ class Measurer:
         self.metric_rows += [{**s, "measurement_id": b.measurement_id} for s in samples]
         return b
 
-    async def cycle_burst(self, cell: Cell, cycle: int, position: int, length: int) -> tuple[float, float]:
+    async def cycle_burst(
+        self, cell: Cell, cycle: int, position: int, length: int, group_position: int | None = None
+    ) -> tuple[float, float]:
         """One measured burst of a cycle (``cycles.BurstFn``): the burst, then what it cost the engine's HTTP front
         end (its share of one CPU) and the GPU's busy share over it (NVML) and clocks; the host's state (engine
         threads, stolen time, the CPU probe) is read once a cycle, over the whole cycle, and given to each of its
-        bursts, so the work between bursts stays small. Returns the burst's throughput and wall time."""
+        bursts, so the work between bursts stays small. In a group's cycles ``position`` and ``length`` are this
+        server's (its bursts of the cycle) and ``group_position`` the burst's place among every member's. Returns the
+        burst's throughput and wall time."""
         mid = f"{cell_id(cell)}/{cycle}"
         t0, w0 = time.monotonic(), time.time()
         if position == 0 and self.host is not None:
@@ -287,8 +295,9 @@ class Measurer:
         fe1 = self._front_end_ticks()
         self.slots.after(cell_id(cell), mid, adapters)
         self._check_server(f"burst {mid}")
-        b = self._keep(recs, samples, self._burst(cell, cycle, self.order, False, mid, recs, cycle=cycle,
-                                                  position=position, slot_state=state))  # fmt: skip
+        row = self._burst(cell, cycle, self.order, False, mid, recs, cycle=cycle, position=position, slot_state=state,
+                          group_position=group_position)  # fmt: skip
+        b = self._keep(recs, samples, row)
         self.order += 1
         share = cpu_share(fe0, fe1, w1 - w0)
         if share is not None:
@@ -313,18 +322,23 @@ class Measurer:
         """CPU ticks (user + system, all threads) of the server's group leader: the engine's HTTP front end."""
         return cpu_ticks(self.host.pgid) if self.host is not None and self.host.pgid else None
 
-    async def run(self, until_cycle: int | None) -> dict[str, Any]:
-        """Measure on the server now serving (start ``self.instance``): the canary, the warm-up, then cycles
-        until ``until_cycle`` (an earlier start's share) or, on the last start, until the stop rule says so."""
-        job = self.job
+    async def prepare(self) -> dict[str, Any] | None:
+        """Before the cycles of a server start: the canary (each adapter loaded at start changes the output; None
+        without adapters), then the warm-up of every cell."""
         checked = None
         if self.spec.lora and self.spec.adapters:
             checked = await canary(self.session, self.base_url, self.engine, self.spec, sorted(self.spec.adapters))
             log.info("canary: every adapter changes the output (%s)", ", ".join(sorted(self.spec.adapters)))
-        cells = cycle_cells(job.conditions, job.bursts, job.stream)
-        await self.warm_up(cells)
-        await run_cycles(self.cycle_burst, cells, self.progress, job_targets(job), self.instance, until_cycle,
-                         job.stream, seed=job.shuffle_seed)  # fmt: skip
+        await self.warm_up(self.cells())
+        return checked
+
+    def cells(self) -> list[Cell]:
+        """The server's cells (``cycles.cycle_cells``)."""
+        return cycle_cells(self.job.conditions, self.job.bursts, self.job.stream)
+
+    async def probes(self, checked: dict[str, Any] | None) -> dict[str, Any]:
+        """After the cycles: the server's probes, its GPU memory peak, the canary, and how its cycles went."""
+        job = self.job
         probes = await probe_server(self.session, self.base_url, self.engine, self.spec)
         probes["gpu_memory_peak_mib"] = self.gpu_peak or None
         probes["canary"] = checked
@@ -333,3 +347,12 @@ class Measurer:
                             "focused_from": self.progress.focused_from or None,
                             "order": "random per cycle", "order_seed": job.shuffle_seed}  # fmt: skip
         return probes
+
+    async def run(self, until_cycle: int | None) -> dict[str, Any]:
+        """Measure on the server now serving (start ``self.instance``): the canary, the warm-up, then cycles
+        until ``until_cycle`` (an earlier start's share) or, on the last start, until the stop rule says so."""
+        job = self.job
+        checked = await self.prepare()
+        await run_cycles(self.cycle_burst, self.cells(), self.progress, job_targets(job), self.instance, until_cycle,
+                         job.stream, seed=job.shuffle_seed)  # fmt: skip
+        return await self.probes(checked)
