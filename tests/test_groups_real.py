@@ -86,3 +86,28 @@ def test_the_summary_pairs_the_two_servers_per_cycle(group_study: Path):
     # within the LoRA server, its own comparison is paired per cycle as before
     (own,) = [c for c in summary["comparisons"] if c["server"] == "lora-2" and c["condition"] == "ab"]
     assert own["paired_by"] == "cycle" and own["pairs"] == CYCLES
+
+
+@pytest.mark.full
+def test_a_member_that_fails_to_start_stops_the_members_already_up(tmp_path: Path, built_inputs: Path):
+    """The second member's engine refuses its flags: the first, already ready, is stopped with it, the job fails and
+    keeps no member's files."""
+    work = copy_repo(tmp_path)
+    seed_inputs(work, built_inputs)
+    cfg = copy.deepcopy(DEFAULT)
+    for sid in ("lora-4", "sglang-lora-2"):
+        del cfg["servers"][sid]
+    del cfg["engines"]["sglang-gpu"]
+    cfg.pop("runtime_load")
+    cfg["servers"]["lora-off"]["args"] = {"max_model_len": 256, **EAGER}
+    cfg["servers"]["lora-2"]["args"] = {"max_model_len": 256, "no_such_flag": 1, **EAGER}
+    cfg["groups"] = {"pair": {"servers": ["lora-off", "lora-2"]}}
+    cfg.update(bursts=[4], repetitions=3, max_repetitions=3, server_starts=1)
+    (work / "config" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    proc = snakemake(work, "results/groups/pair/group.json", check=False)
+    assert proc.returncode != 0
+    log = (work / "logs/group_loadtest/pair.log").read_text()
+    assert "group pair: lora-off ready" in log and "group pair: lora-2 ready" not in log
+    assert "stopping server group" in log
+    assert wait_gone(str(work)) == []
+    assert not (work / "results/groups/pair").exists() or not any((work / "results/groups/pair").rglob("facts.json"))
