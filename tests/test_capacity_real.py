@@ -17,7 +17,7 @@ from lorabench.measure.sweep import search_range
 from .conftest import EAGER, seed_inputs
 from .test_pipeline_e2e import copy_repo, snakemake
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full]
 
 CONFIG = "config/studies/capacity-cpu.yaml"
 # min_window_requests: a 3 s window at 10 % of the probe's rate holds about 20 arrivals due, and on a busy 2-core

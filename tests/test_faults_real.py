@@ -20,7 +20,7 @@ from lorabench.runtime_load import load_adapter
 from lorabench.server import ServerStartError
 from lorabench.session import engine_server
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full]
 
 
 def spec_of(study: Path, **kw) -> ServerSpec:

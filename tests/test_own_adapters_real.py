@@ -16,7 +16,7 @@ from lorabench.io import read_json, read_jsonl, sha256_file
 from .support.adapters import good
 from .test_pipeline_e2e import run_study
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full]
 
 OWN = ("support", "legal")
 CHAT = ("chat-base", "chat-support", "chat-legal", "chat-support-legal")  # the conditions of workload chat

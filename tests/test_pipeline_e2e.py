@@ -77,9 +77,13 @@ def run_study(
     return work
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+def snakemake(
+    workdir: Path, *args: str, check: bool = True, timeout: float = 1800, cores: int = 1
+) -> subprocess.CompletedProcess[str]:
+    """Snakemake in ``workdir`` with the shared engine environments; on ``cores`` cores (its server jobs still run
+    one at a time: each takes the one ``lorabench_device`` of profiles/default)."""
     proc = subprocess.run(
-        [SNAKEMAKE, "--cores", "1", *args, "--config", f"env_root={ENV_ROOT}"],  # --config takes what follows
+        [SNAKEMAKE, "--cores", str(cores), *args, "--config", f"env_root={ENV_ROOT}"],  # --config takes what follows
         cwd=workdir,
         capture_output=True,
         text=True,

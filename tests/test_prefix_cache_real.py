@@ -11,7 +11,7 @@ from lorabench.io import read_json
 
 from .test_pipeline_e2e import run_study
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full]
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from lorabench.io import read_json
 from .conftest import EAGER, ROOT, seed_inputs
 from .test_pipeline_e2e import ENV_ROOT, SNAKEMAKE, copy_repo, server_processes, wait_gone
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full]
 DEFAULT = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
 
 

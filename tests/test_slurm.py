@@ -24,7 +24,7 @@ from lorabench.io import read_json
 from .conftest import EAGER, seed_cache
 from .test_pipeline_e2e import ENV_ROOT, copy_repo
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 DAEMONS = ("munged", "slurmctld", "slurmd")
 

@@ -12,7 +12,7 @@ from lorabench.queues import cliff_sentence
 
 from .test_pipeline_e2e import run_study
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full]
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from lorabench.io import read_json, read_jsonl
 
 from .test_pipeline_e2e import run_study
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full]
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from lorabench.io import read_json
 from ..conftest import ROOT, seed_inputs
 from ..test_pipeline_e2e import copy_repo, snakemake
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full]
 
 # The toy engine's server is the test-support fake server, run as a script from the copy's tests/support/ (it is
 # no part of the product package).
