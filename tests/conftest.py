@@ -65,7 +65,7 @@ INPUTS = ("model", "adapters", "workload", "envs")
 SERVERS_GROUPS = ("engine-servers-study", "engine-servers-inputs")
 STUDY_GROUP_FILES = {
     "test_vllm.py", "test_pipeline_e2e.py", "test_faults_real.py", "test_integrity.py", "test_capacity_real.py",
-    "test_workloads_real.py", "test_prefix_cache_real.py",
+    "test_workloads_real.py", "test_prefix_cache_real.py", "test_studies_real.py", "test_plugin.py",
 }  # fmt: skip
 
 

@@ -17,7 +17,7 @@ from .conftest import EAGER, seed_inputs
 from .test_pipeline_e2e import copy_repo, server_processes, snakemake, wait_gone
 from .test_server_lifecycle import DEFAULT
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.full]  # a study of its own: `make test-all` (tests/README.md)
 CYCLES = 6  # the fewest that pair (stats.MIN_PAIRED)
 
 
@@ -88,7 +88,6 @@ def test_the_summary_pairs_the_two_servers_per_cycle(group_study: Path):
     assert own["paired_by"] == "cycle" and own["pairs"] == CYCLES
 
 
-@pytest.mark.full
 def test_a_member_that_fails_to_start_stops_the_members_already_up(tmp_path: Path, built_inputs: Path):
     """The second member's engine refuses its flags: the first, already ready, is stopped with it, the job fails and
     keeps no member's files."""
