@@ -74,9 +74,10 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(call run_tests,test-deps,)
 
-# No real servers (tests marked slow are left out): for a quick check while editing. CI runs `make test`.
+# No real servers (tests marked slow are left out), nor the longer matrix (full): for a quick check while editing.
+# CI runs `make test`.
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -n 2 --dist loadgroup -m "not slow"
+	$(BIN)/pytest -q -n 2 --dist loadgroup -m "not slow and not full"
 
 # A study's machine time, job by job, before it runs (docs/gpu.md): timed from the finished jobs saved under the
 # study folders FROM (default: none, stated defaults).  make estimate CONFIG=config/gpu-h200-8b.yaml FROM=studies/h200-8b
