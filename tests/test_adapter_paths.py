@@ -24,7 +24,7 @@ from lorabench.roles import role_conditions
 
 from .conftest import ROOT
 from .support.adapters import FAULTS, broken, good
-from .test_config import DEFAULT, check
+from .test_config import DEFAULT, check, snakemake_dry_run
 
 
 @pytest.fixture(scope="module")
@@ -135,14 +135,7 @@ def test_family_errors_name_the_key(family: dict[str, Any], expected: str, two: 
 def test_snakemake_stops_before_any_job(tmp_path: Path, two: Path):
     cfg = mixed(two)
     cfg["adapters"]["own"] = {"path": str(broken("rank", tmp_path / "big"))}
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump(cfg))
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "snakemake"), "-n", "--configfile", str(bad), "--directory", str(ROOT)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    proc = snakemake_dry_run(cfg, tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert f"adapters.own: {tmp_path / 'big'}: rank 16 is above servers.lora-2.max_lora_rank (8)" in out, out

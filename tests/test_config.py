@@ -58,17 +58,22 @@ def test_bad_config_names_the_key(mutate, expected):
     assert expected in str(e.value)
 
 
-def test_snakemake_stops_before_any_job(tmp_path: Path):
-    cfg = copy.deepcopy(DEFAULT)
-    cfg["servers"]["lora-2"]["max_lora"] = 2
+def snakemake_dry_run(cfg: dict, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``snakemake -n`` of this repository with ``cfg`` as its config (written to a file under tmp_path)."""
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(cfg))
-    proc = subprocess.run(
+    return subprocess.run(
         [str(Path(sys.executable).parent / "snakemake"), "-n", "--configfile", str(bad), "--directory", str(ROOT)],
         capture_output=True,
         text=True,
         cwd=ROOT,
     )
+
+
+def test_snakemake_stops_before_any_job(tmp_path: Path):
+    cfg = copy.deepcopy(DEFAULT)
+    cfg["servers"]["lora-2"]["max_lora"] = 2
+    proc = snakemake_dry_run(cfg, tmp_path)
     assert proc.returncode != 0
     assert "servers.lora-2.max_lora" in proc.stdout + proc.stderr
     assert "Job stats" not in proc.stdout

@@ -19,7 +19,7 @@ from lorabench.engine_limits import check_engine_limits, engine_limit_problems
 
 from .conftest import ROOT
 from .support.adapters import good
-from .test_config import DEFAULT, check
+from .test_config import DEFAULT, check, snakemake_dry_run
 
 
 def problems(cfg: dict[str, Any]) -> list[str]:
@@ -35,8 +35,7 @@ def test_the_committed_study_configs_pass():
 
 
 def test_a_host_cache_smaller_than_the_slots_is_refused():
-    cfg = copy.deepcopy(DEFAULT)
-    cfg["servers"]["lora-4"]["max_cpu_loras"] = 2
+    cfg = copy.deepcopy(DEFAULT) | {"servers": _with(DEFAULT, "lora-4", max_cpu_loras=2)}
     # vLLM: "max_cpu_loras (2) must be >= max_loras (4)." (vllm/config/lora.py, LoRAConfig._validate_lora_config)
     assert problems(cfg) == [
         "servers.lora-4.max_cpu_loras: 2 is less than servers.lora-4.max_loras (4): vllm refuses to start (its host "
@@ -59,10 +58,8 @@ def _with(cfg: dict[str, Any], server: str, **settings: Any) -> dict[str, Any]:
 
 
 def test_a_host_cache_on_an_engine_without_one_is_refused():
-    cfg = copy.deepcopy(DEFAULT)
-    cfg["servers"]["sglang-lora-2"]["max_cpu_loras"] = 4
     # lorabench's SGLang engine, when its server would start: "max_cpu_loras is a vLLM setting; SGLang has none"
-    assert problems(cfg) == [
+    assert problems(copy.deepcopy(DEFAULT) | {"servers": _with(DEFAULT, "sglang-lora-2", max_cpu_loras=4)}) == [
         "servers.sglang-lora-2.max_cpu_loras: sglang has no host adapter cache of its own size (max_cpu_loras is a "
         "vLLM setting): leave it out"
     ]
@@ -169,14 +166,7 @@ def test_engine_limits_are_not_code_the_measuring_jobs_run():
 def test_snakemake_stops_before_any_job_on_what_an_engine_refuses(tmp_path: Path):
     cfg = copy.deepcopy(DEFAULT)
     cfg["servers"]["lora-4"]["max_cpu_loras"] = 2
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump(cfg))
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "snakemake"), "-n", "--configfile", str(bad), "--directory", str(ROOT)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    proc = snakemake_dry_run(cfg, tmp_path)
     assert proc.returncode != 0
     assert "servers.lora-4.max_cpu_loras: 2 is less than servers.lora-4.max_loras (4)" in proc.stdout + proc.stderr
     assert "Job stats" not in proc.stdout

@@ -76,24 +76,16 @@ class LoadTest(JobKind):
                                                           busy))  # fmt: skip
                     session.facts["probes"] = probes
         assert m is not None
-        facts = session.facts
         total = time.monotonic() - t_job
         ready = session.readiness
-        facts["readiness_s"] = ready[0]
-        facts["readiness_starts_s"] = ready
-        facts["timing"] = {
+        timing = {
             "readiness_s": sum(ready),
             **m.timing,
             "probes_s": total - sum(ready) - sum(m.timing.values()) - session.stop_s,
             "stop_s": session.stop_s,
             "total_s": total,
         }
-        facts["per_adapter"] = per_adapter(m.records)
-        facts["gpu_memory_after_stop_mib"] = gpu_memory()
-        facts["log"] = session.parse_log()
-        if facts["log"].get("engine_version") and not facts["engine_version"]:
-            facts["engine_version"] = facts["log"]["engine_version"]
-        return LoadTestResult(facts, m.measurements, m.records, m.metric_rows)
+        return job_result(session, m, timing)
 
     @staticmethod
     async def _measure(
@@ -114,3 +106,19 @@ class LoadTest(JobKind):
             m.telemetry, m.host, m.busy = telemetry, HostTelemetry(proc.pid), busy
             probes = await m.run(until_cycle)
         return m, probes
+
+
+def job_result(session: ServerSession, m: Measurer, timing: dict[str, float]) -> LoadTestResult:
+    """A server job's files once its server is stopped (a job of its own or a group's member): the facts completed
+    with each start's readiness, the job's ``timing``, the requests per adapter, the GPU memory left after the stop
+    and what the server's log says."""
+    facts = session.facts
+    facts["readiness_s"] = session.readiness[0]
+    facts["readiness_starts_s"] = session.readiness
+    facts["timing"] = timing
+    facts["per_adapter"] = per_adapter(m.records)
+    facts["gpu_memory_after_stop_mib"] = gpu_memory()
+    facts["log"] = session.parse_log()
+    if facts["log"].get("engine_version") and not facts["engine_version"]:
+        facts["engine_version"] = facts["log"]["engine_version"]
+    return LoadTestResult(facts, m.measurements, m.records, m.metric_rows)
