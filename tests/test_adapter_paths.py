@@ -6,8 +6,6 @@ its dataset workload, paired within it."""
 from __future__ import annotations
 
 import copy
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 

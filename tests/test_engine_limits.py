@@ -5,8 +5,6 @@ build the default study installs; SGLang 0.5.17's ServerArgs and LoRAManager).""
 from __future__ import annotations
 
 import copy
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
