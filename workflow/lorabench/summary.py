@@ -220,10 +220,11 @@ def _load(rows: _CellRows) -> CellLoad:
 
 def _throughput_corr(tp: pd.DataFrame, series: pd.Series) -> float | None:
     """r between the throughput rows' figures and ``series`` (a column of theirs, ``_numeric``): None with fewer
-    than three values or values that never move."""
+    than three values or values that never move. Rounded to 6 decimals: the last bits of pandas' sum differ
+    between CPUs (its vectorised loops), and a study's tables must rebuild the same on any machine."""
     if len(series) < 3 or not series.std() > 0:
         return None
-    return float(series.corr(tp.loc[series.index, "throughput_tok_s"]))
+    return round(float(series.corr(tp.loc[series.index, "throughput_tok_s"])), 6)
 
 
 def _latency(lat: pd.DataFrame) -> CellLatency:
