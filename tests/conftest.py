@@ -44,6 +44,8 @@ STUDY_MIXES = "[base, a, abc]"
 # executor, distributed_executor_backend uni, was tried for faster starts and was slower: ready after a median 38 s
 # against 32 s with the default executor, 8 starts each, in two `make test` runs of 2026-12-05 on 2 cores.)
 EAGER = {"enforce_eager": True}
+# The session study's co-resident group (``study``): its two servers, in the order the group starts them.
+STUDY_GROUP, STUDY_GROUP_SERVERS = "pair", ("lora-off", "lora-2")
 # What a study builds before any server starts, made once per test session and copied into the studies of the
 # tests that are about servers, not builds (model, adapters, request set, engine environment record).
 INPUTS = ("model", "adapters", "workload", "envs")
@@ -66,6 +68,7 @@ SERVERS_GROUPS = ("engine-servers-study", "engine-servers-inputs")
 STUDY_GROUP_FILES = {
     "test_vllm.py", "test_pipeline_e2e.py", "test_faults_real.py", "test_integrity.py", "test_capacity_real.py",
     "test_workloads_real.py", "test_prefix_cache_real.py", "test_studies_real.py", "test_plugin.py",
+    "test_groups_real.py",
 }  # fmt: skip
 
 
@@ -138,8 +141,9 @@ def short_tmp(monkeypatch: pytest.MonkeyPatch):
 @pytest.fixture(scope="session")
 def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The default study, run once per test session in a copy of the repository with ``LIGHTER`` measurement
-    settings, ``STUDY_MIXES`` and ``EAGER`` servers written into the copy's config (real vLLM servers; it also
-    builds the engine environment that other slow tests use). Snakemake runs it on two cores: the model, adapters
+    settings, ``STUDY_MIXES``, ``EAGER`` servers and its two servers in one co-resident group (``STUDY_GROUP``)
+    written into the copy's config (real vLLM servers; it also builds the engine environment that other slow tests
+    use). Snakemake runs it on two cores: the model, adapters
     and request set build while the engine environment is still being built (`make test` builds it in the
     background); its server jobs run one at a time all the same."""
     from .test_pipeline_e2e import copy_repo, snakemake
@@ -161,6 +165,9 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # no torch.compile: every server's args get enforce_eager
     text, n = re.subn(r"args: \{max_model_len: 512\}", "args: {max_model_len: 512, enforce_eager: true}", text)
     assert n == 2, "config/config.yaml's vLLM servers have other args than max_model_len 512"
+    # the LoRA-off and 2-slot servers co-resident, measured by one job (lorabench.group): the group's mechanics in
+    # `make test` (tests/test_groups_real.py), at no more server starts than two jobs of their own
+    text += f"\ngroups:\n  {STUDY_GROUP}: {{servers: [{', '.join(STUDY_GROUP_SERVERS)}]}}\n"
     cfg.write_text(text)
     snakemake(work, cores=2)
     return work

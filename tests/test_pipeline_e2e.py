@@ -266,7 +266,8 @@ def test_engine_version_bump_plans_only_that_engine(study: Path, tmp_path: Path)
     jobs = planned(edited_copy(study, tmp_path / "w", bump))
     assert jobs == {
         "engine_env": 1,
-        "server_loadtest": 2,  # the session's study has lora-off and lora-2 (conftest.study)
+        "group_loadtest": 1,  # the session's study has lora-off and lora-2, in one group (conftest.study)
+        "group_member": 2,
         "runtime_load": 1,
         "summary_aggregate": 1,
         "queues_summary": 1,
@@ -277,7 +278,10 @@ def test_engine_version_bump_plans_only_that_engine(study: Path, tmp_path: Path)
     }
 
 
-def test_server_edit_plans_only_that_server(study: Path, tmp_path: Path):
+def test_server_edit_plans_only_that_servers_job(study: Path, tmp_path: Path):
+    """lora-off's settings edited: its job (the group it is measured in, whose pairs need both members measured
+    together) and what reads the servers' files run again; not the runtime loading of the other member."""
+
     def edit(d: Path) -> None:
         p = d / "config/config.yaml"
         text = p.read_text()
@@ -286,7 +290,8 @@ def test_server_edit_plans_only_that_server(study: Path, tmp_path: Path):
 
     jobs = planned(edited_copy(study, tmp_path / "w", edit))
     assert jobs == {
-        "server_loadtest": 1,
+        "group_loadtest": 1,
+        "group_member": 2,
         "summary_aggregate": 1,
         "queues_summary": 1,
         "claims_evaluate": 1,

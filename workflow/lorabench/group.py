@@ -31,11 +31,11 @@ from .harness import CpuPlan
 from .job import JobInputs, ServerJob
 from .jobs import JobFiles, Json, write_files, write_not_run
 from .loadgen.client import make_session
-from .loadtest import LoadTest, LoadTestResult
+from .loadtest import LoadTest, LoadTestResult, job_result
 from .measure.cycles import Cell, Progress, Targets, run_cycles
-from .measure.measurer import Measurer, cell_id, client_connections, job_targets, per_adapter
+from .measure.measurer import Measurer, cell_id, client_connections, job_targets
 from .nvml import gpu_busy_for
-from .resources import GpuTelemetry, HostTelemetry, gpu_memory
+from .resources import GpuTelemetry, HostTelemetry
 from .server import ManagedServer, study_api_key, terminate_on_signals
 from .session import ServerSession, job_cpus, job_hardware, read_request_set
 
@@ -80,8 +80,11 @@ def group_progress(jobs: list[ServerJob]) -> Progress:
 
 def group_targets(jobs: list[ServerJob]) -> Targets:
     """The first member's stop rule (the settings are the study's, the same for every member), without focused
-    cycles: a group's cycles hold every cell of every member."""
-    return dataclasses.replace(job_targets(jobs[0]), focus=False)
+    cycles (a group's cycles hold every cell of every member), and with every member's own ``max_measuring_s``
+    added up: each cycle holds each member's bursts, so each member gets about the time a job of its own would."""
+    return dataclasses.replace(
+        job_targets(jobs[0]), focus=False, max_measuring_s=sum(job_targets(j).max_measuring_s for j in jobs)
+    )
 
 
 @dataclass
@@ -169,16 +172,9 @@ def member_result(m: Member, group: GroupJob, started: float) -> LoadTestResult:
     facts = s.facts
     facts["config"]["group"] = group.group
     facts["config"]["group_servers"] = group.servers
-    facts["readiness_s"] = s.readiness[0]
-    facts["readiness_starts_s"] = s.readiness
-    facts["timing"] = {"readiness_s": sum(s.readiness), **meas.timing, "stop_s": s.stop_s,
-                       "total_s": time.monotonic() - started}  # fmt: skip
-    facts["per_adapter"] = per_adapter(meas.records)
-    facts["gpu_memory_after_stop_mib"] = gpu_memory()
-    facts["log"] = s.parse_log()
-    if facts["log"].get("engine_version") and not facts["engine_version"]:
-        facts["engine_version"] = facts["log"]["engine_version"]
-    return LoadTestResult(facts, meas.measurements, meas.records, meas.metric_rows)
+    timing = {"readiness_s": sum(s.readiness), **meas.timing, "stop_s": s.stop_s,
+              "total_s": time.monotonic() - started}  # fmt: skip
+    return job_result(s, meas, timing)
 
 
 def run_group(group: GroupJob, inputs: dict[str, JobInputs | JobFiles], out_dir: Path, host: str = "127.0.0.1") -> Json:
