@@ -203,3 +203,34 @@ def test_a_groups_cycles_hold_every_cell_of_every_member_once_in_an_order_of_the
     assert sorted((num[0], den[0]) for num, den, _ in progress.comparisons()) == [
         ("lora-2:a", "lora-2:base"), ("lora-2:ab", "lora-2:base"), ("lora-2:ab-base", "lora-2:base"),
         ("lora-2:abc", "lora-2:base")]  # fmt: skip
+
+
+def test_two_servers_of_one_setup_are_an_aa_pair_read_against_one_point():
+    from lorabench.facts import ServerFacts
+    from lorabench.report_model import _group_answer
+    from lorabench.summary import server_comparisons
+
+    twin = [100, 101, 99, 70, 71, 69, 100, 102, 98, 100]
+    rows = [
+        cell_row("a1", "base", twin),
+        cell_row("a2", "base", [v * (1.003, 0.997)[i % 2] for i, v in enumerate(twin)]),
+    ]
+    (row,) = server_comparisons(rows, group_facts("a1", "a2"))
+    assert row.aa and row.aa_reading == "holds" and row.to_json()["aa_reading"] == "holds"
+    assert "within ±1 point of 0: co-residence distorts nothing measurable here" in _group_answer([row])
+    # the same pair 3 % apart in every cycle: co-resident servers measure apart on this machine
+    rows[1] = cell_row("a2", "base", [v * 1.03 for v in twin])
+    (row,) = server_comparisons(rows, group_facts("a1", "a2"))
+    assert row.aa_reading == "distorts"
+    assert "co-resident servers measure apart on this machine" in _group_answer([row])
+    # another setup is no A/A pair, whatever its figures; a memory share alone does not make another setup
+    facts = group_facts("a1", "a2")
+    facts["a2"] = ServerFacts("a2", "vllm", "0.32.0", "ok", {**facts["a2"].config, "max_loras": 2})
+    (row,) = server_comparisons(rows, facts)
+    assert not row.aa and row.aa_reading is None and "A/A" not in _group_answer([row])
+    pair = group_facts("a1", "a2")
+    for s, share in (("a1", 0.3), ("a2", 0.6)):
+        cfg = {**pair[s].config, "args": {"mem_fraction_static": share}}
+        facts[s] = ServerFacts(s, "sglang", "0.5.17", "ok", cfg)
+    (row,) = server_comparisons(rows, facts)
+    assert row.aa

@@ -71,6 +71,10 @@ def test_the_summary_pairs_the_two_servers_per_cycle(study: Path):
     # within the LoRA server, its own comparisons are paired per cycle as before
     (own,) = [c for c in summary["comparisons"] if c["server"] == "lora-2" and c["condition"] == "abc"]
     assert own["paired_by"] == "cycle" and own["pairs"] == CYCLES
+    # the report lists the pair and says, of LoRA's cost, that its two servers were paired
+    html = (study / "results/report/index.html").read_text()
+    assert 'id="paired-servers"' in html and "how do co-resident servers compare, paired in time?" in html
+    assert f"paired per cycle: the two servers were co-resident, in group {G}" in html
 
 
 @pytest.mark.full  # a group of its own: `make test-all` (tests/README.md)

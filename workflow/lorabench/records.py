@@ -96,6 +96,12 @@ class Comparison:
                    d.get("target_points"), d.get("bound") or "", d.get("gpu_paced_r"))  # fmt: skip
 
 
+# How far from 0 a co-resident A/A pair's interval may reach (points) and still say that co-residence distorts
+# nothing measurable: two identical servers of one group, measured as any other pair, must agree within a point
+# before the group's other cross-server pairs are read as the configurations' difference.
+AA_POINTS = 1.0
+
+
 @dataclass(frozen=True)
 class ServerComparison:
     """A cell of one server against the same condition and burst size on another server: paired per cycle where
@@ -110,17 +116,33 @@ class ServerComparison:
     ratio: RatioSpan
     pairs: int
     paired_by: str  # "cycle (group)" | "unpaired"
+    aa: bool = False  # the two servers are the same setup (an A/A pair: any difference is the harness's or the host's)
+
+    @property
+    def aa_reading(self) -> str | None:
+        """An A/A row's reading: "holds" where its interval includes 0 and lies within ±AA_POINTS of it, else
+        "distorts" (co-resident servers measure apart on this machine); None for any other row or a row
+        without pairs."""
+        if not self.aa or self.paired_by == "unpaired" or math.isnan(self.ratio.lo_pct):
+            return None
+        within = (
+            self.ratio.lo_pct <= 0 <= self.ratio.hi_pct
+            and -AA_POINTS <= self.ratio.lo_pct
+            and self.ratio.hi_pct <= AA_POINTS
+        )
+        return "holds" if within else "distorts"
 
     def to_json(self) -> dict[str, Any]:
         return {"group": self.group, "burst": self.burst, "condition": self.condition, "server": self.server,
                 "reference_server": self.reference_server, **self.ratio.to_json(),
                 "halfwidth_points": _json_num(self.ratio.halfwidth_points), "pairs": self.pairs,
-                "paired_by": self.paired_by}  # fmt: skip
+                "paired_by": self.paired_by, "aa": self.aa, "aa_reading": self.aa_reading}  # fmt: skip
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ServerComparison:
         return cls(d.get("group"), int(d["burst"]), d["condition"], d["server"], d["reference_server"],
-                   RatioSpan.from_json(d), int(d.get("pairs") or 0), d.get("paired_by") or "unpaired")  # fmt: skip
+                   RatioSpan.from_json(d), int(d.get("pairs") or 0), d.get("paired_by") or "unpaired",
+                   bool(d.get("aa")))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from .job import server_job
 from .loadgen.traffic import workload_of
 from .phases import workload_rows
 from .queues import cliff_sentence
-from .records import Comparison
+from .records import AA_POINTS, Comparison, ServerComparison
 from .resources import boot_ids, other_machines
 from .roles import adapter_set, role_conditions
 from .summary import thread_bound
@@ -126,7 +126,7 @@ class ReportModel:
 
     def context(self) -> dict[str, Any]:
         """The sections' fields as one namespace (the names the templates use)."""
-        out: dict[str, Any] = {"findings": self.findings}
+        out: dict[str, Any] = {"findings": self.findings, "aa_points": AA_POINTS}
         parts = (
             self.header,
             self.cost,
@@ -218,6 +218,7 @@ def build(inputs: ReportInputs, out_dir: Path, checkout: Path, hardware_path: st
             links=finding_links(verdicts["claims"]),
             claim_engines=claim_engines(verdicts["claims"]),
             capacity=inputs.capacity,
+            server_comparisons=summary.get("server_comparisons") or [],
         ),
         cost={
             "rows": rows,
@@ -474,6 +475,9 @@ def _finding(
         verdict = "a difference beyond our spread at every burst"
     else:
         verdict = f"a difference beyond our spread at burst {', '.join(beyond)}, within it elsewhere"
+    groups = {n.get("group") if n.get("group") == d.get("group") else None for _, n, d in pairs}
+    if len(groups) == 1 and (g := groups.pop()) and any(n.get("server") != d.get("server") for _, n, d in pairs):
+        verdict += f"; paired per cycle: the two servers were co-resident, in group {g}"
     return {"key": key, "engine": engine, "question": question, "answer": f"{what}: {'; '.join(parts)} ({verdict})"}
 
 
@@ -638,6 +642,32 @@ def _paired_answer(comparisons: list[Comparison]) -> str:
     return text + f"; paired by {' and '.join(by)}"
 
 
+def _group_answer(comparisons: list[ServerComparison]) -> str:
+    """The comparisons between the servers of co-resident groups: how many, paired per cycle, the widest, and each
+    A/A pair's reading (two servers of one setup: whether co-residence distorts on this machine)."""
+    groups = sorted({c.group for c in comparisons if c.group})
+    paired = [c for c in comparisons if c.paired_by != "unpaired"]
+    text = (f"{len(paired)} of {len(comparisons)} comparisons between the servers of group {', '.join(groups)} "
+            "paired per cycle (both servers up together, their bursts interleaved)")  # fmt: skip
+    widths = [c for c in paired if not c.aa and not math.isnan(c.ratio.halfwidth_points)]
+    if widths:
+        w = max(widths, key=lambda c: c.ratio.halfwidth_points)
+        text += (f"; widest ±{w.ratio.halfwidth_points:.1f} points ({w.server} vs {w.reference_server}, "
+                 f"{w.condition}, burst {w.burst}, {w.pairs} pairs)")  # fmt: skip
+    for c in comparisons:
+        if c.aa_reading is None:
+            continue
+        head = (f"; A/A ({c.server} vs {c.reference_server}, the same setup, {c.condition} at burst {c.burst}): "
+                f"{c.ratio.pct:+.1f}%{_span_text(c.ratio.lo_pct, c.ratio.hi_pct)}")  # fmt: skip
+        if c.aa_reading == "holds":
+            text += head + f", within ±{AA_POINTS:.0f} point of 0: co-residence distorts nothing measurable here"
+        else:
+            text += head + (f", not within ±{AA_POINTS:.0f} point of 0: co-resident servers measure apart on this "
+                            "machine, so its cross-server pairs are not read as the configurations' difference "
+                            "(measure them one server at a time here)")  # fmt: skip
+    return text
+
+
 def _bound_answer(rows: list[dict[str, Any]]) -> str:
     """Which cells measured the engine's front end or the host rather than the engine on its device."""
     parts = []
@@ -749,6 +779,7 @@ def findings(
     links: dict[str, list[str]] | None = None,
     claim_engines: dict[str, str | None] | None = None,
     capacity: dict[str, Any] | None = None,
+    server_comparisons: list[dict[str, Any]] | None = None,
 ) -> list[dict]:
     """What the run answers, first: the cost of enabling LoRA, of one adapter, of too few slots, of a host cache smaller
     than the adapters in use, of runtime loading, and the engine comparison. Each answer names the rows it comes
@@ -768,6 +799,10 @@ def findings(
     if comparisons:
         found.append({"key": "paired", "question": "how tight are the comparisons within each server?",
                       "answer": _paired_answer([Comparison.from_json(c) for c in comparisons])})  # fmt: skip
+    if server_comparisons:
+        answer = _group_answer([ServerComparison.from_json(c) for c in server_comparisons])
+        found.append({"key": "groups", "question": "how do co-resident servers compare, paired in time?",
+                      "answer": answer})  # fmt: skip
     bound = [r for r in ok if r.get("throughput_bound") or r.get("latency_bound")]
     if bound:
         found.append({"key": "bound", "question": "do these figures measure the engine?", "answer": _bound_answer(ok)})

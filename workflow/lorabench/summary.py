@@ -16,6 +16,7 @@ import pandas as pd
 
 from .engines.base import all_polling_threads, models_listed_ok, server_columns
 from .facts import ServerFacts
+from .groups import MEMORY_ARGS
 from .io import read_json, read_jsonl, write_json
 from .job import RuntimeLoad
 from .loadgen.traffic import workload_of
@@ -547,6 +548,9 @@ def paired_comparisons(rows: list[dict[str, Any]], facts: Mapping[str, ServerFac
     return out
 
 
+MEMORY_FLAGS = {flag for flag, _ in MEMORY_ARGS.values()}
+
+
 def server_comparisons(rows: list[dict[str, Any]], facts: Mapping[str, ServerFacts]) -> list[ServerComparison]:
     """Between the servers of each co-resident group (lorabench.group): every member's cell against the same
     condition and burst size on each member started before it (the group's order, ``config.group_servers`` in
@@ -571,8 +575,23 @@ def server_comparisons(rows: list[dict[str, Any]], facts: Mapping[str, ServerFac
                         continue
                     n = len(paired_ratios(num, den))
                     out.append(ServerComparison(g, burst, cond, server, ref, ratio, n,
-                                                "cycle (group)" if n else "unpaired"))  # fmt: skip
+                                                "cycle (group)" if n else "unpaired",
+                                                same_setup(facts.get(server), facts.get(ref))))  # fmt: skip
     return out
+
+
+def same_setup(a: ServerFacts | None, b: ServerFacts | None) -> bool:
+    """Whether two servers run the same engine with the same settings, apart from their group and their share of
+    the GPU's memory (a cumulative share differs between two identical SGLang servers): an A/A pair."""
+    if a is None or b is None or (a.engine, a.engine_version) != (b.engine, b.engine_version):
+        return False
+
+    def setup(f: ServerFacts) -> dict[str, Any]:
+        cfg = {k: v for k, v in (f.config or {}).items() if k not in ("group", "group_servers")}
+        cfg["args"] = {k: v for k, v in (cfg.get("args") or {}).items() if k not in MEMORY_FLAGS}
+        return cfg
+
+    return setup(a) == setup(b)
 
 
 def burst_scaling(rows: list[dict[str, Any]]) -> list[BurstScaling]:
