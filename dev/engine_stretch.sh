@@ -175,7 +175,7 @@ print(' '.join('results/adapters/%s.json' % a for a in load_file('$cfg')['adapte
   status)
     if [ -f "$S/driver.pid" ] && kill -0 "$(cat "$S/driver.pid")" 2>/dev/null; then echo RUNNING; else echo STOPPED; fi
     tail -n 8 "$S/steps.log" 2>/dev/null
-    grep -hE "cycles stop|cycle [0-9]+ done|Error|error|ready after" "$W"/logs/server_loadtest/*.log 2>/dev/null | tail -n 4 | cut -c1-230
+    grep -hE "cycles stop|cycle [0-9]+ done|Error|error|ready after" "$W"/logs/server_loadtest/*.log "$W"/logs/group_loadtest/*.log 2>/dev/null | tail -n 4 | cut -c1-230
     ;;
   wait|waitjob)
     end=$(( $(date +%s) + ${2:-500} )); steps=$(wc -l < "$S/steps.log" 2>/dev/null || echo 0)
@@ -221,8 +221,10 @@ print(' '.join('results/adapters/%s.json' % a for a in load_file('$cfg')['adapte
     # the records, the machine, the steps and the caches in one archive beside the jobs': a call brings back at most
     # 8 files, and a waitall of two runs with a job each came to 10 with them apart (loan 14 fetched one run again)
     adapters=$(cat "$S/adapters.txt" 2>/dev/null) || adapters='results/adapters/*.json'
+    # a co-resident group's own record (its cycles' orders) beside its members' jobs
+    groups=$(cd "$W" && ls results/groups/*/group.json 2>/dev/null)
     # shellcheck disable=SC2086  # a list of paths, or the pattern
-    (cd "$W" && tar -czf "$out/meta.tgz" results/envs results/model/manifest.json $adapters results/workload logs \
+    (cd "$W" && tar -czf "$out/meta.tgz" results/envs results/model/manifest.json $adapters $groups results/workload logs \
       -C "$S" machine.txt steps.log caches.txt 2>/dev/null)
     ls -la "$out"
     ;;
