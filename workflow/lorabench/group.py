@@ -94,6 +94,7 @@ class Member:
     session: ServerSession
     server: ManagedServer
     measurer: Measurer | None = None
+    probes_s: float = 0.0  # its probes after the group's cycles
 
 
 class GroupCycles:
@@ -157,7 +158,9 @@ async def measure_group(group: GroupJob, members: dict[str, Member], telemetry: 
             m.measurer.progress.cycles = progress.cycles
             m.measurer.progress.stop_reason = f"group {group.group}: {progress.stop_reason}"
             m.measurer.progress.measuring_s = m.measurer.timing["measuring_s"]
+            t0 = time.monotonic()
             probes = await m.measurer.probes(checked.get(sid))
+            m.probes_s = time.monotonic() - t0
             probes["cycles"]["group"] = {"group": group.group, "servers": group.servers,
                                          "measuring_s": round(progress.measuring_s, 2)}  # fmt: skip
             m.session.facts["probes"] = probes
@@ -172,7 +175,7 @@ def member_result(m: Member, group: GroupJob, started: float) -> LoadTestResult:
     facts = s.facts
     facts["config"]["group"] = group.group
     facts["config"]["group_servers"] = group.servers
-    timing = {"readiness_s": sum(s.readiness), **meas.timing, "stop_s": s.stop_s,
+    timing = {"readiness_s": sum(s.readiness), **meas.timing, "probes_s": m.probes_s, "stop_s": s.stop_s,
               "total_s": time.monotonic() - started}  # fmt: skip
     return job_result(s, meas, timing)
 
