@@ -158,8 +158,9 @@ class EngineSide:
 
 @dataclass(frozen=True)
 class EngineComparison:
-    """The same LoRA setting, condition and burst on two engines (b over a), unpaired: two servers are never up
-    together, so the interval is the span the two medians' intervals allow."""
+    """The same LoRA setting, condition and burst on two engines (b over a): paired per cycle where both servers are
+    members of one co-resident group (``paired_by`` "cycle (group)"), else unpaired, the interval then the span the
+    two medians' intervals allow."""
 
     lora: bool
     slots: int | None
@@ -169,10 +170,11 @@ class EngineComparison:
     b: EngineSide
     ratio: RatioSpan
     max_lora_rank: int | None = None  # both servers' (summaries before it: absent)
+    paired_by: str = "unpaired"  # "cycle (group)": both servers in one co-resident group
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"lora": self.lora, "slots": self.slots, "condition": self.condition,
-                               "burst": self.burst}  # fmt: skip
+                               "burst": self.burst, "paired_by": self.paired_by}  # fmt: skip
         if self.max_lora_rank is not None:
             out["max_lora_rank"] = self.max_lora_rank
         for tag, side in (("a", self.a), ("b", self.b)):
@@ -187,7 +189,7 @@ class EngineComparison:
         sides = [EngineSide(d[f"{t}_engine"], d[f"{t}_server"], d[f"{t}_tok_s"], d.get(f"{t}_spread_pct"),
                             d.get(f"{t}_ci_pct")) for t in ("a", "b")]  # fmt: skip
         return cls(bool(d["lora"]), d.get("slots"), d["condition"], int(d["burst"]), sides[0], sides[1],
-                   RatioSpan.from_json(d), d.get("max_lora_rank"))  # fmt: skip
+                   RatioSpan.from_json(d), d.get("max_lora_rank"), d.get("paired_by") or "unpaired")  # fmt: skip
 
 
 @dataclass(frozen=True)

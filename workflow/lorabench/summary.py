@@ -511,8 +511,9 @@ def engine_comparison(rows: list[dict[str, Any]]) -> list[EngineComparison]:
     for r in sorted((r for r in ok if r["engine"] == b_name), key=lambda r: (key(r), r["server"])):
         for a in sorted(a_rows.get(key(r), []), key=lambda x: x["server"]):
             ratio = RatioSpan.of(ratio_span(r, a)) or RatioSpan(float("nan"), float("nan"), float("nan"))
+            by = "cycle (group)" if paired_ratios(r, a) else "unpaired"
             out.append(EngineComparison(key(r)[0], key(r)[1] or None, r["condition"], r["burst"], side(a), side(r),
-                                        ratio, key(r)[2] or None))  # fmt: skip
+                                        ratio, key(r)[2] or None, by))  # fmt: skip
     return out
 
 
