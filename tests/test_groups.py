@@ -234,3 +234,23 @@ def test_two_servers_of_one_setup_are_an_aa_pair_read_against_one_point():
         facts[s] = ServerFacts(s, "sglang", "0.5.17", "ok", cfg)
     (row,) = server_comparisons(rows, facts)
     assert row.aa
+
+
+def test_a_group_that_cannot_fit_the_gpu_is_refused_with_the_numbers_before_any_server_starts():
+    from lorabench.group import GroupJob, fit_problems
+    from lorabench.groups import memory_shares
+
+    shares = {"lora-off": {"gpu_memory_utilization": 0.3}, "lora-2": {"gpu_memory_utilization": 0.3}}
+    cfg = with_groups({"g": {"servers": ["lora-off", "lora-2"]}}, gpu_config(**shares))
+    assert memory_shares(cfg, "g") == {"lora-off": 0.3, "lora-2": 0.3}
+    group = GroupJob("g", [], memory_shares(cfg, "g"))
+    # an H100 (81,559 MiB) and the 8B shape's weights (15,622 MiB): each share of 24,468 MiB holds them
+    assert fit_problems(group, 81559, 500, 15622) == []
+    # another process holds 40 GiB: the shares no longer fit what is free
+    (free,) = fit_problems(group, 81559, 40960, 15622)
+    assert "ask for 48935 MiB of the GPU's 81559, but other processes hold 40960 MiB: 40599 MiB are free" in free
+    # a 40 GB card: a share of 0.3 is less than the weights and what they need beside them
+    problems = fit_problems(group, 40960, 500, 15622)
+    assert len(problems) == 2 and problems[0].startswith("lora-off: a share of 0.3 is 12288 MiB, less than")
+    assert "give it at least 0.46" in problems[0]
+    assert memory_shares(with_groups({"c": {"servers": ["lora-off", "lora-2"]}}), "c") == {}

@@ -35,7 +35,7 @@ from .loadtest import LoadTest, LoadTestResult, job_result
 from .measure.cycles import Cell, Progress, Targets, run_cycles
 from .measure.measurer import Measurer, cell_id, client_connections, job_targets
 from .nvml import gpu_busy_for
-from .resources import GpuTelemetry, HostTelemetry
+from .resources import GpuTelemetry, HostTelemetry, gpu_memory
 from .server import ManagedServer, study_api_key, terminate_on_signals
 from .session import ServerSession, job_cpus, job_hardware, read_request_set
 
@@ -45,19 +45,21 @@ GROUP_SCHEMA = "lorabench.group/1"
 
 @dataclass
 class GroupJob:
-    """A group's job: its id and each member's server job, in the order the group starts them."""
+    """A group's job: its id, each member's server job, in the order the group starts them, and on a GPU each
+    member's own share of the device's memory (``groups.memory_shares``; {} for CPU engines)."""
 
     group: str
     jobs: list[ServerJob]
+    shares: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> str:
-        return json.dumps({"group": self.group, "servers": [json.loads(j.to_json()) for j in self.jobs]},
-                          sort_keys=True)  # fmt: skip
+        return json.dumps({"group": self.group, "servers": [json.loads(j.to_json()) for j in self.jobs],
+                           "shares": self.shares}, sort_keys=True)  # fmt: skip
 
     @classmethod
     def from_json(cls, text: str) -> GroupJob:
         d = json.loads(text)
-        return cls(d["group"], [ServerJob.from_dict(s) for s in d["servers"]])
+        return cls(d["group"], [ServerJob.from_dict(s) for s in d["servers"]], d.get("shares") or {})
 
     @property
     def servers(self) -> list[str]:
@@ -180,6 +182,51 @@ def member_result(m: Member, group: GroupJob, started: float) -> LoadTestResult:
     return job_result(s, meas, timing)
 
 
+# What a server needs beyond its weights within its share, at the least: CUDA context, activations of the memory
+# profile, CUDA graphs and some KV cache (vLLM's own profile on the 8B shape: 2-4 GiB of the share).
+MIN_BEYOND_WEIGHTS_MIB = 3072
+
+
+def weights_mib(model_path: str) -> float:
+    """The model's weight files on disk (safetensors), in MiB: what each server loads onto the GPU."""
+    return sum(f.stat().st_size for f in Path(model_path).glob("*.safetensors")) / 2**20
+
+
+def fit_problems(group: GroupJob, total_mib: float, used_mib: float, weights: float) -> list[str]:
+    """Why the group cannot fit the GPU, before any member starts (empty: it fits): the shares together above
+    what is free now (other processes hold ``used_mib``), or a member's share too small for the weights and
+    MIN_BEYOND_WEIGHTS_MIB beside them."""
+    if not group.shares:
+        return []
+    problems = []
+    asked = sum(group.shares.values()) * total_mib
+    if asked > total_mib - used_mib:
+        problems.append(f"the members' shares ({', '.join(f'{s} {v:g}' for s, v in group.shares.items())}) ask for "
+                        f"{asked:.0f} MiB of the GPU's {total_mib:.0f}, but other processes hold {used_mib:.0f} MiB: "
+                        f"{total_mib - used_mib:.0f} MiB are free")  # fmt: skip
+    for sid, share in group.shares.items():
+        if share * total_mib < weights + MIN_BEYOND_WEIGHTS_MIB:
+            problems.append(f"{sid}: a share of {share:g} is {share * total_mib:.0f} MiB, less than its weights "
+                            f"({weights:.0f} MiB) and {MIN_BEYOND_WEIGHTS_MIB} MiB beside them (context, activations, "
+                            f"graphs, KV cache); give it at least "
+                            f"{(weights + MIN_BEYOND_WEIGHTS_MIB) / total_mib:.2f}")  # fmt: skip
+    return problems
+
+
+def check_fit(group: GroupJob, read: dict[str, JobInputs], device: str) -> None:
+    """``fit_problems`` on this machine's GPU (nvidia-smi's used and total memory of the leased device): a
+    RuntimeError naming the servers and the numbers, before any server starts."""
+    rows = gpu_memory() if group.shares else None
+    row = next((r for r in rows or [] if str(r["index"]) == device), None)
+    if row is None:
+        return
+    weights = max(weights_mib(i.spec.model_path) for i in read.values())
+    problems = fit_problems(group, row["total_mib"], row["used_mib"], weights)
+    if problems:
+        raise RuntimeError(f"group {group.group} does not fit {row['name']} ({row['total_mib']} MiB); nothing "
+                           "started:\n  " + "\n  ".join(problems))  # fmt: skip
+
+
 def run_group(group: GroupJob, inputs: dict[str, JobInputs | JobFiles], out_dir: Path, host: str = "127.0.0.1") -> Json:
     """The group's job end to end (the module's docstring); returns ``group.json``'s content. Where its engines
     cannot run here, every member's files say so (``jobs.write_not_run``), as a server job's would."""
@@ -202,6 +249,7 @@ def run_group(group: GroupJob, inputs: dict[str, JobInputs | JobFiles], out_dir:
     key = study_api_key(out_dir.parents[1])  # results/groups/GROUP -> results
     hardware = job_hardware(group.jobs[0])
     with terminate_on_signals(), device.acquire(hardware, all_server_markers(), f"group-{group.group}") as lease:
+        check_fit(group, read, lease.device)
         sessions = {j.server_id: member_session(j, read[j.server_id], out_dir / "servers" / j.server_id, host, cpus,
                                                 lease, key) for j in group.jobs}  # fmt: skip
         with GpuTelemetry(lease.device, cpus=cpus.server) as telemetry, contextlib.ExitStack() as stack:

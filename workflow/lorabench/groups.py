@@ -102,6 +102,14 @@ def plan_memory(config: dict[str, Any], gid: str) -> list[MemoryShare]:
     return shares
 
 
+def memory_shares(config: dict[str, Any], gid: str) -> dict[str, float]:
+    """Each member's own share of the GPU (``plan_memory``) for a group of GPU engines; {} for a CPU group."""
+    members = groups_of(config)[gid]
+    if not all(config["engines"][config["servers"][s]["engine"]].get("requires_gpu") for s in members):
+        return {}
+    return {m.server: round(m.own, 6) for m in plan_memory(config, gid)}
+
+
 def check_groups(config: dict[str, Any]) -> None:
     """Every check of the module's docstring, before anything starts."""
     groups = groups_of(config)

@@ -38,6 +38,7 @@ from lorabench.groups import (  # noqa: E402
     group_of,
     groups_of,
     grouped_servers,
+    memory_shares,
     solo_servers,
 )
 from lorabench.job import engine_runnable, input_paths, server_job  # noqa: E402
@@ -180,7 +181,8 @@ def group_job_params(group):
     from lorabench.group import GroupJob
 
     members = groups_of(config)[group]
-    return GroupJob(group, [server_job(config, s, HARDWARE) for s in members]).to_json()
+    jobs = [server_job(config, s, HARDWARE) for s in members]
+    return GroupJob(group, jobs, memory_shares(config, group)).to_json()
 
 
 def group_files_params(group):
