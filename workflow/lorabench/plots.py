@@ -177,3 +177,22 @@ def adapter_scaling(rows: list[dict[str, Any]], out: Path) -> Path | None:
     ax2.set_title("TTFT tail against adapter count")
     ax.legend(fontsize=6)
     return _save(fig, out)
+
+
+def effects(rows: list[tuple[str, float, float, float, bool]], out: Path, title: str) -> Path | None:
+    """A forest plot: each effect (label, ratio %, interval low %, high %, paired) as a point on its 95 % interval,
+    a line at 0 (no difference); paired effects filled, unpaired ones (two servers measured one after the other)
+    hollow, their bars dashed. None without effects."""
+    rows = [r for r in rows if all(x == x for x in r[1:4])]  # NaN-free
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.28 * len(rows)), dpi=110)
+    for y, (_, mid, lo, hi, paired) in enumerate(reversed(rows)):
+        ax.plot([lo, hi], [y, y], color="#345", linestyle="-" if paired else "--", linewidth=1.6)
+        ax.plot([mid], [y], marker="o", color="#345", markerfacecolor="#345" if paired else "white")
+    ax.axvline(0, color="#999", linewidth=0.8)
+    ax.set_yticks(range(len(rows)), [r[0] for r in reversed(rows)], fontsize=7)
+    ax.set_xlabel("throughput difference, % (95 % interval)\nfilled: paired per cycle; hollow, dashed: unpaired", fontsize=8)
+    ax.set_title(title, fontsize=9)
+    ax.grid(axis="x", alpha=0.3)
+    return _save(fig, out)

@@ -123,10 +123,11 @@ class ReportModel:
     facts: dict[str, Any]
     claims: dict[str, Any]
     provenance: dict[str, Any]
+    decisions_fig: str | None = None  # the effects between servers (plots.effects), first in the findings
 
     def context(self) -> dict[str, Any]:
         """The sections' fields as one namespace (the names the templates use)."""
-        out: dict[str, Any] = {"findings": self.findings, "aa_points": AA_POINTS}
+        out: dict[str, Any] = {"findings": self.findings, "aa_points": AA_POINTS, "decisions_fig": self.decisions_fig}
         parts = (
             self.header,
             self.cost,
@@ -171,6 +172,9 @@ def build(inputs: ReportInputs, out_dir: Path, checkout: Path, hardware_path: st
                     "bars are medians, whiskers min-max over repetitions.",
                 }
             )
+    decisions_fig = plots.effects(
+        decision_effects(rows, summary, base), out_dir / "decisions.png", "Effects between servers"
+    )
     slot_fig = plots.slot_cliff(rows, out_dir / "slot_cliff.png", skip=base)
     ttft_fig = plots.latency_spread(
         summary.get("measurements", []), out_dir / "ttft.png", "ttft_median_ms", "TTFT median (ms)"
@@ -207,6 +211,7 @@ def build(inputs: ReportInputs, out_dir: Path, checkout: Path, hardware_path: st
             "base_conditions": sorted(c for c, v in (config.get("conditions") or {}).items() if not adapter_set(v)),
             "engines_in_study": sorted({r["engine"] for r in rows}),
         },
+        decisions_fig=decisions_fig.name if decisions_fig else None,
         findings=findings(
             rows,
             summary.get("runtime", []),
@@ -252,6 +257,39 @@ def build(inputs: ReportInputs, out_dir: Path, checkout: Path, hardware_path: st
         },
         provenance=prov,
     )
+
+
+def decision_effects(
+    rows: list[dict[str, Any]], summary: dict[str, Any], base: str | None
+) -> list[tuple[str, float, float, float, bool]]:
+    """The effects between servers a user chooses by, for the report's first chart (plots.effects): what enabling
+    LoRA costs (each LoRA server's base-model cell against its engine's LoRA-off server's, at each burst), engine
+    against engine (summary ``engine_comparison``) and every other comparison between co-resident servers (``server_
+    comparisons``, A/A pairs marked), each with its interval and whether it was paired per cycle."""
+    out: list[tuple[str, float, float, float, bool]] = []
+    seen = set()
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("throughput_median")]
+    for r in ok:
+        if not base or r["condition"] != base or not r.get("lora"):
+            continue
+        for off in (x for x in ok if x["engine"] == r["engine"] and x["burst"] == r["burst"] and not x.get("lora")):
+            if off["condition"] != base or (span := stats.ratio_span(r, off)) is None:
+                continue
+            seen.add((r["server"], off["server"], base, r["burst"]))
+            out.append((f"LoRA on: {r['server']} vs {off['server']}, burst {r['burst']}", *span,
+                        bool(stats.paired_ratios(r, off))))  # fmt: skip
+    for c in summary.get("engine_comparison") or []:
+        seen.add((c["b_server"], c["a_server"], c["condition"], c["burst"]))
+        out.append((f"{c['b_server']} vs {c['a_server']}, {c['condition']}, burst {c['burst']}", c["ratio_pct"],
+                    c["ratio_lo_pct"], c["ratio_hi_pct"], c.get("paired_by", "unpaired") != "unpaired"))  # fmt: skip
+    for c in summary.get("server_comparisons") or []:
+        if (c["server"], c["reference_server"], c["condition"], c["burst"]) in seen:
+            continue
+        aa = " (A/A)" if c.get("aa") else ""
+        out.append((f"{c['server']} vs {c['reference_server']}{aa}, {c['condition']}, burst {c['burst']}",
+                     c["ratio_pct"], c["ratio_lo_pct"], c["ratio_hi_pct"], c["paired_by"] != "unpaired"))  # fmt: skip
+    return [(label, *(float("nan") if v is None else float(v) for v in vals), paired)  # type: ignore[misc]
+            for label, *vals, paired in out]  # fmt: skip
 
 
 def _capacity_section(inputs: ReportInputs, out_dir: Path) -> dict[str, Any] | None:
