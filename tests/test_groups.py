@@ -254,3 +254,19 @@ def test_a_group_that_cannot_fit_the_gpu_is_refused_with_the_numbers_before_any_
     assert len(problems) == 2 and problems[0].startswith("lora-off: a share of 0.3 is 12288 MiB, less than")
     assert "give it at least 0.46" in problems[0]
     assert memory_shares(with_groups({"c": {"servers": ["lora-off", "lora-2"]}}), "c") == {}
+
+
+def test_the_reports_first_chart_marks_the_effects_paired_within_a_group():
+    from lorabench.report_model import decision_effects
+    from lorabench.summary import server_comparisons
+
+    off = [100, 101, 99, 70, 71, 69, 100, 102, 98, 100]
+    on = [v * 0.9 for v in off]
+    rows = [{**cell_row("off", "base", off), "engine": "vllm", "lora": False},
+            {**cell_row("on", "base", on), "engine": "vllm", "lora": True}]  # fmt: skip
+    summary = {"server_comparisons": [c.to_json() for c in server_comparisons(rows, group_facts("off", "on"))]}
+    ((label, mid, lo, hi, paired),) = decision_effects(rows, summary, "base")  # the pair once, not twice
+    assert label == "LoRA on: on vs off, burst 4" and paired and mid == pytest.approx(-10) and lo == pytest.approx(-10)
+    apart = [{**r, "group": None} for r in rows]
+    ((_, mid, lo, hi, paired),) = decision_effects(apart, {}, "base")
+    assert not paired and hi - lo > 20  # the same bursts unpaired: the slow spell in both medians' intervals
