@@ -192,7 +192,9 @@ def effects(rows: list[tuple[str, float, float, float, bool]], out: Path, title:
         ax.plot([mid], [y], marker="o", color="#345", markerfacecolor="#345" if paired else "white")
     ax.axvline(0, color="#999", linewidth=0.8)
     ax.set_yticks(range(len(rows)), [r[0] for r in reversed(rows)], fontsize=7)
-    ax.set_xlabel("throughput difference, % (95 % interval)\nfilled: paired per cycle; hollow, dashed: unpaired", fontsize=8)
+    ax.set_xlabel(
+        "throughput difference, % (95 % interval)\nfilled: paired per cycle; hollow, dashed: unpaired", fontsize=8
+    )
     ax.set_title(title, fontsize=9)
     ax.grid(axis="x", alpha=0.3)
     return _save(fig, out)
