@@ -174,7 +174,9 @@ class EngineComparison:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"lora": self.lora, "slots": self.slots, "condition": self.condition,
-                               "burst": self.burst, "paired_by": self.paired_by}  # fmt: skip
+                               "burst": self.burst}  # fmt: skip
+        if self.paired_by != "unpaired":  # (summaries before it: absent, read as unpaired)
+            out["paired_by"] = self.paired_by
         if self.max_lora_rank is not None:
             out["max_lora_rank"] = self.max_lora_rank
         for tag, side in (("a", self.a), ("b", self.b)):
