@@ -270,3 +270,15 @@ def test_the_reports_first_chart_marks_the_effects_paired_within_a_group():
     apart = [{**r, "group": None} for r in rows]
     ((_, mid, lo, hi, paired),) = decision_effects(apart, {}, "base")
     assert not paired and hi - lo > 20  # the same bursts unpaired: the slow spell in both medians' intervals
+
+
+def test_a_comparison_of_too_few_cycles_to_pair_says_unpaired_not_cycle():
+    """A study of fewer cycles than pairing needs (stats.MIN_PAIRED), as a new user's `repetitions: 3`: the span is
+    the unpaired one, and the row says so."""
+    from lorabench.report_model import _paired_answer
+    from lorabench.summary import paired_comparisons
+
+    rows = [cell_row("on", "base", [100, 98, 101], group=None), cell_row("on", "a", [90, 91, 89], group=None)]
+    (c,) = paired_comparisons(rows, group_facts("on", group=None))
+    assert (c.paired_by, c.pairs) == ("unpaired", 0)
+    assert "1 unpaired (too few cycles pair" in _paired_answer([c]) and "paired by" not in _paired_answer([c])

@@ -677,7 +677,14 @@ def _paired_answer(comparisons: list[Comparison]) -> str:
     if paced:
         text += (f"; of the {len(outside)} outside, {len(paced)} host-paced (their slow bursts are those in which "
                  f"the GPU waited for the host)")  # fmt: skip
-    return text + f"; paired by {' and '.join(by)}"
+    unpaired = sum(c.paired_by == "unpaired" for c in comparisons)
+    by = [b for b in by if b != "unpaired"]
+    if by:
+        text += f"; paired by {' and '.join(by)}"
+    if unpaired:
+        text += (f"; {unpaired} unpaired (too few cycles pair: the span the two medians' intervals allow, not a "
+                 "paired interval)")  # fmt: skip
+    return text
 
 
 def _group_answer(comparisons: list[ServerComparison]) -> str:

@@ -539,7 +539,7 @@ def paired_comparisons(rows: list[dict[str, Any]], facts: Mapping[str, ServerFac
             Comparison(
                 server=server, engine=num.get("engine"), burst=burst, condition=cond, reference=ref,
                 workload=num.get("workload"), ratio=ratio, pairs=n,
-                paired_by="cycle" if paired else ("time" if n else "unpaired"),
+                paired_by=("cycle" if paired else "time") if n else "unpaired",
                 target_points=((fact.measurement if fact else None) or {}).get("target_points"),
                 bound=num.get("throughput_bound") or den.get("throughput_bound") or "",
                 gpu_paced_r=max((r for r in (num.get("throughput_gpu_paced_r"), den.get("throughput_gpu_paced_r"))
