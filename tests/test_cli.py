@@ -82,6 +82,23 @@ def test_check_config_ok_exits_0(monkeypatch: pytest.MonkeyPatch, capsys: pytest
     assert (code, out) == (0, "config/config.yaml: OK\n")
 
 
+def test_check_config_warns_where_cycles_are_too_few_to_pair(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    monkeypatch.chdir(ROOT)
+    cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    cfg.update(repetitions=3, max_repetitions=3)
+    path = tmp_path / "three.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    code, out, err = run(["check-config", str(path)], capsys)
+    assert code == 0 and out == f"{path}: OK\n"
+    assert f"{path}: warning: max_repetitions: 3 cycles at most, fewer than the 6 a paired interval needs" in err
+    cfg.update(max_repetitions=30)
+    path.write_text(yaml.safe_dump(cfg))
+    _, _, err = run(["check-config", str(path)], capsys)
+    assert "warning: repetitions: 3, fewer than the 6 cycles a paired interval needs" in err
+
+
 def _existing(cfg: dict[str, Any]) -> None:
     cfg["engines"]["vllm-cpu"]["existing"] = {"python": "/nonexistent/bin/python"}
 

@@ -151,6 +151,10 @@ def main(argv: list[str] | None = None) -> int:
         except yaml.YAMLError as e:
             print(f"{args.config}: not YAML: {e}", file=sys.stderr)
             return EXIT_CONFIG
+        from .config_warnings import config_warnings
+
+        for w in config_warnings(config):
+            print(f"{args.config}: warning: {w}", file=sys.stderr)
         print(f"{args.config}: OK")
         return 0
     if args.cmd == "job":
