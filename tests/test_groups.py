@@ -223,6 +223,10 @@ def test_two_servers_of_one_setup_are_an_aa_pair_read_against_one_point():
     (row,) = server_comparisons(rows, group_facts("a1", "a2"))
     assert row.aa_reading == "distorts"
     assert "co-resident servers measure apart on this machine" in _group_answer([row])
+    # holding 0 but ±5 points wide: no pass
+    rows[1] = cell_row("a2", "base", [v * (1.05, 0.95)[i % 2] for i, v in enumerate(twin)])
+    (row,) = server_comparisons(rows, group_facts("a1", "a2"))
+    assert row.aa_reading == "too wide to confirm" and "too wide to confirm" in _group_answer([row])
     # another setup is no A/A pair, whatever its figures; a memory share alone does not make another setup
     facts = group_facts("a1", "a2")
     facts["a2"] = ServerFacts("a2", "vllm", "0.32.0", "ok", {**facts["a2"].config, "max_loras": 2})

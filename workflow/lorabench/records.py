@@ -120,17 +120,16 @@ class ServerComparison:
 
     @property
     def aa_reading(self) -> str | None:
-        """An A/A row's reading: "holds" where its interval includes 0 and lies within ±AA_POINTS of it, else
-        "distorts" (co-resident servers measure apart on this machine); None for any other row or a row
+        """An A/A row's reading: "holds" where its interval includes 0 and lies within ±AA_POINTS of it; "too wide
+        to confirm" where it includes 0 but reaches further (too few or too noisy cycles to tell); "distorts" where
+        it leaves 0 out (co-resident servers measure apart on this machine). None for any other row or a row
         without pairs."""
         if not self.aa or self.paired_by == "unpaired" or math.isnan(self.ratio.lo_pct):
             return None
-        within = (
-            self.ratio.lo_pct <= 0 <= self.ratio.hi_pct
-            and -AA_POINTS <= self.ratio.lo_pct
-            and self.ratio.hi_pct <= AA_POINTS
-        )
-        return "holds" if within else "distorts"
+        lo, hi = self.ratio.lo_pct, self.ratio.hi_pct
+        if not lo <= 0 <= hi:
+            return "distorts"
+        return "holds" if -AA_POINTS <= lo and hi <= AA_POINTS else "too wide to confirm"
 
     def to_json(self) -> dict[str, Any]:
         return {"group": self.group, "burst": self.burst, "condition": self.condition, "server": self.server,

@@ -706,6 +706,9 @@ def _group_answer(comparisons: list[ServerComparison]) -> str:
                 f"{c.ratio.pct:+.1f}%{_span_text(c.ratio.lo_pct, c.ratio.hi_pct)}")  # fmt: skip
         if c.aa_reading == "holds":
             text += head + f", within ±{AA_POINTS:.0f} point of 0: co-residence distorts nothing measurable here"
+        elif c.aa_reading == "too wide to confirm":
+            text += head + (f", holding 0 but reaching beyond ±{AA_POINTS:.0f} point: too wide to confirm that "
+                            "co-residence distorts nothing (more cycles narrow it)")  # fmt: skip
         else:
             text += head + (f", not within ±{AA_POINTS:.0f} point of 0: co-resident servers measure apart on this "
                             "machine, so its cross-server pairs are not read as the configurations' difference "
