@@ -66,3 +66,17 @@ def test_the_user_files_are_found():
 def test_user_docs_say_nothing_of_how_the_machines_were_lent():
     found = [h for p in user_files() for h in hits(p)]
     assert not found, "move these to dev/ notes (dev/studies-notes.md):\n" + "\n".join(found)
+
+
+def test_every_study_folder_a_user_doc_names_exists():
+    """A command a user copies from the docs (``--from studies/X``, ``FROM=studies/X``) names committed studies:
+    docs/gpu.md once named a folder gone since (``studies/h200-both``) and its command failed."""
+    missing = []
+    for path in user_files():
+        if path.suffix != ".md" or "studies" in path.relative_to(ROOT).parts[:1]:
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for m in re.finditer(r"""(?:FROM=["']?|--from )((?:studies/[\w.-]+/?\s*)+)""", line):
+                missing += [f"{path.relative_to(ROOT)}:{number}: {s}" for s in m.group(1).split()
+                            if not (ROOT / s).is_dir()]  # fmt: skip
+    assert missing == []
