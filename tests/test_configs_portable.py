@@ -72,8 +72,10 @@ def test_gpu_config_installs_pinned_closures_and_takes_a_site_overlay(path: Path
     overlay = yaml.safe_load(OVERLAY.read_text())
     update_config(merged, {"engines": {e: v for e, v in overlay["engines"].items() if e in base["engines"]}})
     cfg = load_and_check(merged)  # no GPU here: engines that need one are not checked
-    assert all(cfg["engines"][e]["existing"]["python"].startswith("/opt/") for e in base["engines"])
-    with pytest.raises(ConfigError, match=r"engines\.\w+\.existing\.python: /opt/lorabench/\w+/bin/python does not"):
+    assert all(cfg["engines"][e]["existing"]["python"].startswith("/usr/local/lorabench/") for e in base["engines"])
+    with pytest.raises(
+        ConfigError, match=r"engines\.\w+\.existing\.python: /usr/local/lorabench/\w+/bin/python does not"
+    ):
         check_existing_pythons(cfg, hardware="gpu")
 
 
