@@ -199,10 +199,11 @@ def test_a_groups_cycles_hold_every_cell_of_every_member_once_in_an_order_of_the
     orders = [[c for cy, _, c in sent if cy == k] for k in range(4)]
     assert all(sorted(o) == sorted(cells) for o in orders)
     assert len({tuple(o) for o in orders}) == 4
-    # the within-server comparisons are the stop rule's: lora-2's conditions against its base, lora-off has none
+    # the stop rule's comparisons: lora-2's conditions against its base, and its base against lora-off's (the
+    # comparison between the two servers' reference cells)
     assert sorted((num[0], den[0]) for num, den, _ in progress.comparisons()) == [
         ("lora-2:a", "lora-2:base"), ("lora-2:ab", "lora-2:base"), ("lora-2:ab-base", "lora-2:base"),
-        ("lora-2:abc", "lora-2:base")]  # fmt: skip
+        ("lora-2:abc", "lora-2:base"), ("lora-2:base", "lora-off:base")]  # fmt: skip
 
 
 def test_two_servers_of_one_setup_are_an_aa_pair_read_against_one_point():

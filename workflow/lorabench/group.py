@@ -68,14 +68,21 @@ class GroupJob:
 
 def group_progress(jobs: list[ServerJob]) -> Progress:
     """The group's cycles as one ``Progress``: every member's conditions qualified by the server (``Cell.tracked``),
-    each compared with its own server's reference condition, so the stop rule is every member's own."""
+    each compared with its own server's reference condition, so the stop rule is every member's own; and each
+    member's reference condition compared with the same condition on the first member that has it, so the stop rule
+    also waits for the comparisons between servers (summary.server_comparisons) of the reference cells."""
     conditions, references = [], {}
+    first: dict[str, str] = {}  # a reference condition -> the first member measuring it
     for j in jobs:
-        ref = f"{j.server_id}:{j.reference or j.conditions[0]}"
+        own = j.reference or j.conditions[0]
+        ref = f"{j.server_id}:{own}"
         for c in j.conditions:
             q = f"{j.server_id}:{c}"
             conditions.append(q)
             references[q] = f"{j.server_id}:{j.references[c]}" if c in j.references else ref
+        if own in first:
+            references[ref] = f"{first[own]}:{own}"
+        first.setdefault(own, j.server_id)
     bursts = sorted({b for j in jobs for b in j.bursts})
     return Progress(references[conditions[0]], conditions, bursts, references)
 
