@@ -72,3 +72,16 @@ def test_a_cells_throughput_by_its_predecessor():
     assert {p: iv.n for p, iv in split[("s", "base", 4, False)].items()} == {"p/4/n": 6, "pq/4/n": 6}
     assert {p: iv.n for p, iv in split[("s", "pq", 4, False)].items()} == {"base/4/n": 12, "-": 1}
     assert by_predecessor([_row("pq", 0, 1.0, None, [])]) == {}  # older rows: nothing to split
+
+
+def test_the_summary_keeps_each_mixs_cost_from_both_starts_and_the_report_shows_it():
+    import pandas as pd
+
+    from lorabench.summary import warm_cold_rows
+
+    mdf = pd.DataFrame([_flatten(r) for r in _rows()])
+    (w,) = warm_cold_rows(mdf, {"server": "s", "condition": "base"})
+    assert (w["condition"], w["figure"], w["apart"]) == ("pq", "vs_base_pct", True)
+    assert (w["warm_median"], w["cold_median"]) == pytest.approx((-20.0, -25.0))
+    assert warm_cold_rows(mdf.drop(columns=["resident_inferred"]), {"condition": "base"}) == []  # older studies
+    assert warm_cold_rows(mdf, None) == []

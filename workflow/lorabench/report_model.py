@@ -245,6 +245,7 @@ def build(inputs: ReportInputs, out_dir: Path, checkout: Path, hardware_path: st
             "many_rows": many_rows,
             "many_fig": many_fig.name if many_fig else None,
             "ranks": rank_rows(rows, adapters, base, _union_engines(rows)),
+            "warm_cold": summary.get("warm_cold") or [],
         },
         engines={"engine_comparison": _engine_rows(summary)},
         capacity={"capacity": _capacity_section(inputs, out_dir)},

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from .carry_over import warm_cold
 from .engines.base import all_polling_threads, models_listed_ok, server_columns
 from .facts import ServerFacts
 from .groups import MEMORY_ARGS
@@ -766,6 +767,7 @@ def aggregate(
         "comparisons": [c.to_json() for c in paired_comparisons(records, facts)],
         "server_comparisons": [c.to_json() for c in server_comparisons(records, facts)],
         "burst_scaling": [c.to_json() for c in burst_scaling(records)],
+        "warm_cold": warm_cold_rows(mdf, baseline),
         "phases": phase_costs(records, facts),
         "facts": [_record(r) for r in fdf.to_dict("records")],
         "server_facts_raw": {server: f.to_json() for server, f in facts.items()},
@@ -778,6 +780,15 @@ def aggregate(
     write_json(out["json"], json.loads(json.dumps(summary, default=_clean)))
     log.info("summary: %d rows (%d measured), %d servers", len(sdf), int((sdf["status"] == "ok").sum()), len(facts))
     return summary
+
+
+def warm_cold_rows(mdf: pd.DataFrame, baseline: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Each mix's cost against the baseline's condition (paired per cycle), split by the state its bursts started
+    from (carry_over.warm_cold: its adapters resident in the slots, or not), for the cells that have bursts of both."""
+    if not len(mdf) or not baseline or "resident_inferred" not in mdf:
+        return []
+    rows = [{k: _clean(v) for k, v in r.items()} for r in mdf.to_dict("records")]
+    return [w.to_json() for w in warm_cold(rows, baseline.get("condition")) if w.warm.n and w.cold.n]
 
 
 def _runtime_result(load: dict[str, Any]) -> dict[str, Any]:
