@@ -287,3 +287,29 @@ def test_a_comparison_of_too_few_cycles_to_pair_says_unpaired_not_cycle():
     (c,) = paired_comparisons(rows, group_facts("on", group=None))
     assert (c.paired_by, c.pairs) == ("unpaired", 0)
     assert "1 unpaired (too few cycles pair" in _paired_answer([c]) and "paired by" not in _paired_answer([c])
+
+
+def test_the_same_mix_again_within_a_server_is_an_aa_row_that_must_hold_0_within_the_target():
+    from lorabench.report_model import _paired_answer
+    from lorabench.summary import paired_comparisons
+
+    base = [100, 101, 99, 70, 71, 69, 100, 102, 98, 100]
+    from lorabench.facts import ServerFacts
+
+    cfg = {"conditions": ["base", "base-aa"], "reference": "base"}
+    facts = {"s": ServerFacts("s", "vllm", "0.32.0", "ok", cfg, measurement={"target_points": 1.5})}
+
+    def rows(factors: tuple[float, float]) -> list[dict[str, Any]]:
+        again = [v * factors[i % 2] for i, v in enumerate(base)]
+        return [{**cell_row("s", "base", base, group=None), "adapters": "base"},
+                {**cell_row("s", "base-aa", again, group=None), "adapters": "base"}]  # fmt: skip
+
+    (c,) = paired_comparisons(rows((1.005, 0.995)), facts)
+    assert c.aa and c.aa_reading == "holds" and c.to_json()["aa_reading"] == "holds"
+    (c,) = paired_comparisons(rows((1.04, 0.96)), facts)
+    assert c.aa_reading == "too wide to confirm" and "A/A (s base-aa vs base" in _paired_answer([c])
+    (c,) = paired_comparisons(rows((1.03, 1.02)), facts)
+    assert c.aa_reading == "distorts"
+    other = [rows((1.0, 1.0))[0], {**rows((1.0, 1.0))[1], "adapters": "a"}]
+    (c,) = paired_comparisons(other, facts)
+    assert not c.aa and "aa" not in c.to_json()

@@ -58,6 +58,25 @@ class RatioSpan:
         return cls(_num(d.get("ratio_pct")), _num(d.get("ratio_lo_pct")), _num(d.get("ratio_hi_pct")))
 
 
+# How far from 0 a co-resident A/A pair's interval may reach (points) and still say that co-residence distorts
+# nothing measurable: two identical servers of one group, measured as any other pair, must agree within a point
+# before the group's other cross-server pairs are read as the configurations' difference.
+AA_POINTS = 1.0
+
+
+def aa_reading(ratio: RatioSpan, points: float) -> str | None:
+    """An A/A comparison's reading (two cells that differ in nothing but their place: the same mix on one server,
+    or two servers of one setup): "holds" where its interval includes 0 and lies within ±``points`` of it; "too
+    wide to confirm" where it includes 0 but reaches further (too few or too noisy cycles to tell); "distorts" where
+    it leaves 0 out (something of the design, not the setup, moves the figure). None without an interval."""
+    lo, hi = ratio.lo_pct, ratio.hi_pct
+    if math.isnan(lo) or math.isnan(hi):
+        return None
+    if not lo <= 0 <= hi:
+        return "distorts"
+    return "holds" if -points <= lo and hi <= points else "too wide to confirm"
+
+
 @dataclass(frozen=True)
 class Comparison:
     """A condition against its server's reference condition at one burst size, within one server job: paired per
@@ -75,31 +94,36 @@ class Comparison:
     target_points: float | None
     bound: str  # front-end-bound / host-bound mark of either cell, "" if none
     gpu_paced_r: float | None = None  # the larger of its two cells' (CellLoad.gpu_paced_r), None if neither
+    aa: bool = False  # the condition sends what the reference sends (the same mix again: an A/A check)
 
     @property
     def within_target(self) -> bool | None:
         half = self.ratio.halfwidth_points
         return None if self.target_points is None or math.isnan(half) else bool(half <= self.target_points)
 
+    @property
+    def aa_reading(self) -> str | None:
+        """An A/A row's reading (``aa_reading``) against the job's target (AA_POINTS without one); None for any
+        other row or an unpaired one."""
+        if not self.aa or self.paired_by == "unpaired":
+            return None
+        return aa_reading(self.ratio, self.target_points if self.target_points is not None else AA_POINTS)
+
     def to_json(self) -> dict[str, Any]:
-        return {"server": self.server, "engine": self.engine, "burst": self.burst, "condition": self.condition,
-                "reference": self.reference, "workload": self.workload, **self.ratio.to_json(),
-                "halfwidth_points": _json_num(self.ratio.halfwidth_points), "pairs": self.pairs,
-                "paired_by": self.paired_by, "target_points": self.target_points,
-                "within_target": self.within_target, "bound": self.bound,
-                "gpu_paced_r": self.gpu_paced_r}  # fmt: skip
+        out = {"server": self.server, "engine": self.engine, "burst": self.burst, "condition": self.condition,
+               "reference": self.reference, "workload": self.workload, **self.ratio.to_json(),
+               "halfwidth_points": _json_num(self.ratio.halfwidth_points), "pairs": self.pairs,
+               "paired_by": self.paired_by, "target_points": self.target_points,
+               "within_target": self.within_target, "bound": self.bound,
+               "gpu_paced_r": self.gpu_paced_r}  # fmt: skip
+        # only on A/A rows (summaries before it: absent, and read back unchanged)
+        return out | ({"aa": True, "aa_reading": self.aa_reading} if self.aa else {})
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Comparison:
         return cls(d["server"], d.get("engine"), int(d["burst"]), d["condition"], d["reference"], d.get("workload"),
                    RatioSpan.from_json(d), int(d.get("pairs") or 0), d.get("paired_by") or "unpaired",
-                   d.get("target_points"), d.get("bound") or "", d.get("gpu_paced_r"))  # fmt: skip
-
-
-# How far from 0 a co-resident A/A pair's interval may reach (points) and still say that co-residence distorts
-# nothing measurable: two identical servers of one group, measured as any other pair, must agree within a point
-# before the group's other cross-server pairs are read as the configurations' difference.
-AA_POINTS = 1.0
+                   d.get("target_points"), d.get("bound") or "", d.get("gpu_paced_r"), bool(d.get("aa")))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -120,16 +144,11 @@ class ServerComparison:
 
     @property
     def aa_reading(self) -> str | None:
-        """An A/A row's reading: "holds" where its interval includes 0 and lies within ±AA_POINTS of it; "too wide
-        to confirm" where it includes 0 but reaches further (too few or too noisy cycles to tell); "distorts" where
-        it leaves 0 out (co-resident servers measure apart on this machine). None for any other row or a row
-        without pairs."""
-        if not self.aa or self.paired_by == "unpaired" or math.isnan(self.ratio.lo_pct):
+        """An A/A row's reading (``aa_reading``, against AA_POINTS): whether co-resident servers measure alike on
+        this machine; None for any other row or a row without pairs."""
+        if not self.aa or self.paired_by == "unpaired":
             return None
-        lo, hi = self.ratio.lo_pct, self.ratio.hi_pct
-        if not lo <= 0 <= hi:
-            return "distorts"
-        return "holds" if -AA_POINTS <= lo and hi <= AA_POINTS else "too wide to confirm"
+        return aa_reading(self.ratio, AA_POINTS)
 
     def to_json(self) -> dict[str, Any]:
         return {"group": self.group, "burst": self.burst, "condition": self.condition, "server": self.server,

@@ -678,6 +678,10 @@ def _paired_answer(comparisons: list[Comparison]) -> str:
     if paced:
         text += (f"; of the {len(outside)} outside, {len(paced)} host-paced (their slow bursts are those in which "
                  f"the GPU waited for the host)")  # fmt: skip
+    for c in comparisons:
+        if c.aa_reading is not None:
+            text += (f"; A/A ({c.server} {c.condition} vs {c.reference}, the same mix again, burst {c.burst}): "
+                     f"{c.ratio.pct:+.1f}%{_span_text(c.ratio.lo_pct, c.ratio.hi_pct)}, {c.aa_reading}")  # fmt: skip
     unpaired = sum(c.paired_by == "unpaired" for c in comparisons)
     by = [b for b in by if b != "unpaired"]
     if by:

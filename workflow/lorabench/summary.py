@@ -545,6 +545,8 @@ def paired_comparisons(rows: list[dict[str, Any]], facts: Mapping[str, ServerFac
                 bound=num.get("throughput_bound") or den.get("throughput_bound") or "",
                 gpu_paced_r=max((r for r in (num.get("throughput_gpu_paced_r"), den.get("throughput_gpu_paced_r"))
                                  if r is not None and not math.isnan(r)), default=None),
+                aa=bool(num.get("adapters") is not None and num.get("adapters") == den.get("adapters")
+                        and num.get("workload") == den.get("workload")),
             )
         )  # fmt: skip
     return out
