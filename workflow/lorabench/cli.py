@@ -4,7 +4,8 @@ pack|check`` (publish a run's results as a study archive, check a published stud
 prefix_cache or rate_sweep; SPEC holds ``job``, the rule's params, ``kind``, the kind's params where it has any
 (``jobs.JobKind.to_json``), ``inputs``, its input files by name as ``lorabench.job.input_paths`` gives them, and
 ``out_dir``), ``lorabench check-config CONFIG`` (the checks a run makes of its config before any job, those of what
-an engine would refuse at start included), ``lorabench --version``.
+an engine would refuse at start included), ``lorabench compare RUN_A RUN_B`` (two runs' paired comparisons and
+cells side by side, lorabench.compare), ``lorabench --version``.
 
 Exit codes (``EXIT_CODES``): 0 done, 1 a check failed (a bundle, an archive or a published study that does not
 verify), 2 a usage error (argparse: an unknown command or option, a missing argument), 3 a config that cannot run
@@ -89,6 +90,15 @@ def main(argv: list[str] | None = None) -> int:
         "refuse at start) and exit: 0 OK, 3 not runnable",
     )
     c.add_argument("config", type=Path)
+    cmp = sub.add_parser(
+        "compare",
+        help="two runs side by side: every paired comparison and cell both measured, with their 95 %% intervals, and "
+        "which lie apart (a run: a results folder, a summary.json, or a published study or its archive)",
+    )
+    cmp.add_argument("run_a", type=Path)
+    cmp.add_argument("run_b", type=Path)
+    cmp.add_argument("--json", action="store_true", help="print the figures as JSON instead of the table")
+    cmp.add_argument("--checkout", type=Path, default=Path("."), help="lorabench checkout (rebuilds archives)")
     j = sub.add_parser("job", help="run one job from a JSON spec")
     j.add_argument("kind", choices=sorted(JOB_KINDS))
     j.add_argument("spec", type=Path)
@@ -156,6 +166,18 @@ def main(argv: list[str] | None = None) -> int:
         for w in config_warnings(config):
             print(f"{args.config}: warning: {w}", file=sys.stderr)
         print(f"{args.config}: OK")
+        return 0
+    if args.cmd == "compare":
+        from .compare import CompareError, load_summary, pairs, report
+
+        try:
+            first, second = (load_summary(p, args.checkout) for p in (args.run_a, args.run_b))
+        except (CompareError, OSError, json.JSONDecodeError) as e:
+            print(f"{e}", file=sys.stderr)
+            return EXIT_CONFIG
+        found = pairs(first, second)
+        text = report(found, str(args.run_a), str(args.run_b))
+        print(json.dumps([p.to_json() for p in found], indent=1) if args.json else text)
         return 0
     if args.cmd == "job":
         from .job import ServerJob
