@@ -232,7 +232,8 @@ def test_two_servers_of_one_setup_are_an_aa_pair_read_against_one_point():
     facts = group_facts("a1", "a2")
     facts["a2"] = ServerFacts("a2", "vllm", "0.32.0", "ok", {**facts["a2"].config, "max_loras": 2})
     (row,) = server_comparisons(rows, facts)
-    assert not row.aa and row.aa_reading is None and "A/A" not in _group_answer([row])
+    assert not row.aa and row.aa_reading is None and "A/A (" not in _group_answer([row])
+    assert "group g has no A/A pair (two servers of one setup)" in _group_answer([row])
     pair = group_facts("a1", "a2")
     for s, share in (("a1", 0.3), ("a2", 0.6)):
         cfg = {**pair[s].config, "args": {"mem_fraction_static": share}}

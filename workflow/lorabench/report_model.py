@@ -704,6 +704,10 @@ def _group_answer(comparisons: list[ServerComparison]) -> str:
         w = max(widths, key=lambda c: c.ratio.halfwidth_points)
         text += (f"; widest ±{w.ratio.halfwidth_points:.1f} points ({w.server} vs {w.reference_server}, "
                  f"{w.condition}, burst {w.burst}, {w.pairs} pairs)")  # fmt: skip
+    for g in groups:
+        if not any(c.aa for c in comparisons if c.group == g):
+            text += (f"; group {g} has no A/A pair (two servers of one setup), so nothing in it shows whether "
+                     "co-resident servers measure alike on this machine: read its rows with that caveat")  # fmt: skip
     for c in comparisons:
         if c.aa_reading is None:
             continue
