@@ -755,6 +755,7 @@ def aggregate(
     envs = [read_json(f) for f in env_files]
     hardware = next((f.machine.get("hardware") for f in facts.values() if f.machine), None)
     records = [_record(r) for r in sdf.to_dict("records")]
+    measured = [{k: _clean(v) for k, v in r.items()} for r in mdf.to_dict("records")] if len(mdf) else []
     summary = {
         "schema": SUMMARY_SCHEMA,
         "baseline": baseline,
@@ -769,7 +770,7 @@ def aggregate(
         "comparisons": [c.to_json() for c in paired_comparisons(records, facts)],
         "server_comparisons": [c.to_json() for c in server_comparisons(records, facts)],
         "burst_scaling": [c.to_json() for c in burst_scaling(records)],
-        "warm_cold": warm_cold_rows(mdf, baseline),
+        "warm_cold": warm_cold_rows(measured, baseline),
         "phases": phase_costs(records, facts),
         "facts": [_record(r) for r in fdf.to_dict("records")],
         "server_facts_raw": {server: f.to_json() for server, f in facts.items()},
@@ -777,20 +778,20 @@ def aggregate(
         "prefix_cache": prefix,
         "envs": envs,
         "conditions": conditions,
-        "measurements": [{k: _clean(v) for k, v in r.items()} for r in mdf.to_dict("records")] if len(mdf) else [],
+        "measurements": measured,
     }
     write_json(out["json"], json.loads(json.dumps(summary, default=_clean)))
     log.info("summary: %d rows (%d measured), %d servers", len(sdf), int((sdf["status"] == "ok").sum()), len(facts))
     return summary
 
 
-def warm_cold_rows(mdf: pd.DataFrame, baseline: dict[str, Any] | None) -> list[dict[str, Any]]:
+def warm_cold_rows(measurements: list[dict[str, Any]], baseline: dict[str, Any] | None) -> list[dict[str, Any]]:
     """Each mix's cost against the baseline's condition (paired per cycle), split by the state its bursts started
-    from (carry_over.warm_cold: its adapters resident in the slots, or not), for the cells that have bursts of both."""
-    if not len(mdf) or not baseline or "resident_inferred" not in mdf:
+    from (carry_over.warm_cold: its adapters resident in the slots, or not), for the cells that have bursts of both;
+    ``measurements`` as summary.json holds them."""
+    if not baseline:
         return []
-    rows = [{k: _clean(v) for k, v in r.items()} for r in mdf.to_dict("records")]
-    return [w.to_json() for w in warm_cold(rows, baseline.get("condition")) if w.warm.n and w.cold.n]
+    return [w.to_json() for w in warm_cold(measurements, baseline.get("condition")) if w.warm.n and w.cold.n]
 
 
 def _runtime_result(load: dict[str, Any]) -> dict[str, Any]:
