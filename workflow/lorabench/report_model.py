@@ -269,6 +269,11 @@ def decision_effects(
     comparisons``, A/A pairs marked), each with its interval and whether it was paired per cycle."""
     out: list[tuple[str, float, float, float, bool]] = []
     seen = set()
+
+    def add(label: str, span: Iterable[Any], paired: bool) -> None:
+        pct, lo, hi = (float("nan") if v is None else float(v) for v in span)
+        out.append((label, pct, lo, hi, paired))
+
     ok = [r for r in rows if r.get("status") == "ok" and r.get("throughput_median")]
     for r in ok:
         if not base or r["condition"] != base or not r.get("lora"):
@@ -277,20 +282,24 @@ def decision_effects(
             if off["condition"] != base or (span := stats.ratio_span(r, off)) is None:
                 continue
             seen.add((r["server"], off["server"], base, r["burst"]))
-            out.append((f"LoRA on: {r['server']} vs {off['server']}, burst {r['burst']}", *span,
-                        bool(stats.paired_ratios(r, off))))  # fmt: skip
+            add(f"LoRA on: {r['server']} vs {off['server']}, burst {r['burst']}", span,
+                bool(stats.paired_ratios(r, off)))  # fmt: skip
     for c in summary.get("engine_comparison") or []:
         seen.add((c["b_server"], c["a_server"], c["condition"], c["burst"]))
-        out.append((f"{c['b_server']} vs {c['a_server']}, {c['condition']}, burst {c['burst']}", c["ratio_pct"],
-                    c["ratio_lo_pct"], c["ratio_hi_pct"], c.get("paired_by", "unpaired") != "unpaired"))  # fmt: skip
+        add(
+            f"{c['b_server']} vs {c['a_server']}, {c['condition']}, burst {c['burst']}",
+            (c["ratio_pct"], c["ratio_lo_pct"], c["ratio_hi_pct"]),
+            c.get("paired_by", "unpaired") != "unpaired",
+        )
     for c in summary.get("server_comparisons") or []:
-        if (c["server"], c["reference_server"], c["condition"], c["burst"]) in seen:
-            continue
-        aa = " (A/A)" if c.get("aa") else ""
-        out.append((f"{c['server']} vs {c['reference_server']}{aa}, {c['condition']}, burst {c['burst']}",
-                     c["ratio_pct"], c["ratio_lo_pct"], c["ratio_hi_pct"], c["paired_by"] != "unpaired"))  # fmt: skip
-    return [(label, *(float("nan") if v is None else float(v) for v in vals), paired)  # type: ignore[misc]
-            for label, *vals, paired in out]  # fmt: skip
+        if (c["server"], c["reference_server"], c["condition"], c["burst"]) not in seen:
+            aa = " (A/A)" if c.get("aa") else ""
+            add(
+                f"{c['server']} vs {c['reference_server']}{aa}, {c['condition']}, burst {c['burst']}",
+                (c["ratio_pct"], c["ratio_lo_pct"], c["ratio_hi_pct"]),
+                c["paired_by"] != "unpaired",
+            )
+    return out
 
 
 def _capacity_section(inputs: ReportInputs, out_dir: Path) -> dict[str, Any] | None:
