@@ -122,6 +122,8 @@ def _context(cfg: dict[str, Any]) -> None:
         # vLLM would answer each request: "The decoder prompt (length 500) plus the number of requested output
         # tokens ... is longer than the maximum model length of 512" (vllm/v1/engine/input_processor.py)
         (_context, "prompts up to 500 tokens plus outputs up to 32 do not fit the context of 512 tokens"),
+        # a co-resident group the workflow refuses (lorabench.groups), as a run would before any job
+        (lambda c: c.update(groups={"g": {"servers": ["lora-2"]}}), "groups.g.servers: a group needs at least two"),
     ],
 )
 def test_check_config_exits_3_naming_the_key(

@@ -144,14 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "check-config":
         import yaml
 
-        from .adapter_paths import check_adapter_folders
         from .config import ConfigError, load_file
-        from .engine_limits import check_engine_limits
+        from .preflight import check_before_jobs
 
         try:
             config = load_file(args.config)
-            check_adapter_folders(config)
-            check_engine_limits(config)
+            check_before_jobs(config)
         except ConfigError as e:
             print(f"{args.config}: {e}", file=sys.stderr)
             return EXIT_CONFIG

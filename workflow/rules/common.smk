@@ -17,11 +17,7 @@ os.environ.update(
     )
 )
 
-from lorabench.adapter_paths import (  # noqa: E402
-    adapter_key,
-    check_adapter_folders,
-    source_files,
-)
+from lorabench.adapter_paths import adapter_key, source_files  # noqa: E402
 from lorabench.code_inputs import import_closure  # noqa: E402
 from lorabench.config import (  # noqa: E402
     ConfigError,
@@ -32,9 +28,8 @@ from lorabench.config import (  # noqa: E402
     runtime_load_servers,
     stable_hash,
 )
-from lorabench.engine_limits import check_engine_limits  # noqa: E402
+from lorabench.preflight import check_before_jobs  # noqa: E402
 from lorabench.groups import (  # noqa: E402
-    check_groups,
     group_of,
     groups_of,
     grouped_servers,
@@ -50,9 +45,7 @@ from lorabench.loadgen.traffic import (  # noqa: E402
 
 try:
     load_and_check(config)
-    check_adapter_folders(config)
-    check_engine_limits(config)
-    check_groups(config)
+    check_before_jobs(config)
 except ConfigError as e:
     raise WorkflowError(str(e)) from None
 
