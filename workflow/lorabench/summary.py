@@ -569,10 +569,11 @@ def server_comparisons(rows: list[dict[str, Any]], facts: Mapping[str, ServerFac
     out = []
     for g, members in sorted(groups.items()):
         for i, server in enumerate(members):
+            cells = sorted((cond, burst, num) for (s, cond, burst), num in by_cell.items() if s == server)
             for ref in members[:i]:
-                for (s, cond, burst), num in sorted(by_cell.items()):
+                for cond, burst, num in cells:
                     den = by_cell.get((ref, cond, burst))
-                    if s != server or den is None:
+                    if den is None:
                         continue
                     ratio = RatioSpan.of(ratio_span(num, den))
                     if ratio is None:
